@@ -1,0 +1,359 @@
+// Command host runs a node of the durable object host and talks to one.
+//
+// It only parses flags and wires packages; see `host --help`.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	examples "github.com/durable-host/host/examples/wasm"
+	"github.com/durable-host/host/delivery"
+	"github.com/durable-host/host/host"
+)
+
+func main() { os.Exit(run(os.Args, os.Stdin, os.Stdout, os.Stderr)) }
+
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	app := newApp(stdin, stdout, stderr)
+	if err := app.Run(permute(app, args)); err != nil {
+		fmt.Fprintln(stderr, "error:", err)
+		return 1
+	}
+	return 0
+}
+
+func serverFlag() cli.Flag {
+	return &cli.StringFlag{Name: "server", Value: "http://127.0.0.1:7070", EnvVars: []string{"HOST_SERVER"}, Usage: "the node's `URL`"}
+}
+
+func tokenFlag() cli.Flag {
+	return &cli.StringFlag{Name: "token", EnvVars: []string{"HOST_TOKEN"}, Usage: "bearer `TOKEN` when the node runs with --auth"}
+}
+
+func client(c *cli.Context) *host.Client {
+	return &host.Client{Base: c.String("server"), Token: c.String("token")}
+}
+
+func nodeFlags() []cli.Flag {
+	d := host.DefaultConfig()
+	return []cli.Flag{
+		&cli.StringFlag{Name: "data", Value: "./data", EnvVars: []string{"HOST_DATA"}, Usage: "`DIR` for the node database, programs, object files and the compilation cache"},
+		&cli.StringFlag{Name: "listen", Value: d.Listen, EnvVars: []string{"HOST_LISTEN"}, Usage: "HTTP `HOST:PORT`"},
+		&cli.StringFlag{Name: "nats-url", EnvVars: []string{"HOST_NATS_URL"}, Usage: "use an existing NATS cluster at `URL` instead of the embedded server"},
+		&cli.StringFlag{Name: "nats-listen", EnvVars: []string{"HOST_NATS_LISTEN"}, Usage: "embedded NATS client `HOST:PORT` (default: in process, no port)"},
+		&cli.StringFlag{Name: "nats-cluster", EnvVars: []string{"HOST_NATS_CLUSTER"}, Usage: "embedded NATS route `HOST:PORT` of this node, to cluster with peers"},
+		&cli.StringSliceFlag{Name: "nats-routes", EnvVars: []string{"HOST_NATS_ROUTES"}, Usage: "peers' route `URLS`, nats://HOST:PORT, comma separated"},
+		&cli.DurationFlag{Name: "budget", Value: d.VM.Budget, EnvVars: []string{"HOST_BUDGET"}, Usage: "wall-clock budget of one handler call"},
+		&cli.UintFlag{Name: "memory-pages", Value: uint(d.VM.MemoryLimitPages), EnvVars: []string{"HOST_MEMORY_PAGES"}, Usage: "most 64 KiB memory pages one instance may use"},
+		&cli.IntFlag{Name: "max-module-bytes", Value: d.VM.MaxModuleSize, EnvVars: []string{"HOST_MAX_MODULE_BYTES"}, Usage: "largest module an upload may be"},
+		&cli.IntFlag{Name: "max-active-objects", Value: d.MaxActiveObjects, EnvVars: []string{"HOST_MAX_ACTIVE_OBJECTS"}, Usage: "objects kept active (open file + instance); the least recently used idle one is deactivated past this"},
+		&cli.DurationFlag{Name: "idle-timeout", Value: d.IdleTimeout, EnvVars: []string{"HOST_IDLE_TIMEOUT"}, Usage: "deactivate an object unused this long"},
+		&cli.StringFlag{Name: "sync", Value: "normal", EnvVars: []string{"HOST_SYNC"}, Usage: "SQLite synchronous setting for object files: normal (survives a process crash) or full (also power loss, an fsync per commit)"},
+		&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"HOST_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
+	}
+}
+
+func nodeConfig(c *cli.Context, stderr io.Writer) (host.Config, error) {
+	cfg := host.DefaultConfig()
+	cfg.DataDir = c.String("data")
+	cfg.Listen = c.String("listen")
+	cfg.NATS = host.NATSConfig{
+		URL: c.String("nats-url"), Listen: c.String("nats-listen"),
+		Cluster: c.String("nats-cluster"), Routes: c.StringSlice("nats-routes"),
+	}
+	cfg.VM.Budget = c.Duration("budget")
+	cfg.VM.MemoryLimitPages = uint32(c.Uint("memory-pages"))
+	cfg.VM.MaxModuleSize = c.Int("max-module-bytes")
+	cfg.MaxActiveObjects = c.Int("max-active-objects")
+	cfg.IdleTimeout = c.Duration("idle-timeout")
+	cfg.Sync = delivery.Sync(strings.ToUpper(c.String("sync")))
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(c.String("log-level"))); err != nil {
+		return cfg, fmt.Errorf("--log-level: %w", err)
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lv}))
+	return cfg, cfg.Validate()
+}
+
+func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
+	return &cli.App{
+		Name:  "host",
+		Usage: "a WebAssembly host for durable objects and their event streams",
+		Description: `A node runs programs (WebAssembly modules built with the Go or Rust SDK).
+Each object (PROGRAM/ID) owns one SQLite file with its state and event log;
+clients call its methods over HTTP.
+
+Start here:  host dev        (a node on 127.0.0.1:7070 with the examples uploaded)
+Then:        host call counter/c1 inc`,
+		Writer:          stdout,
+		ErrWriter:       stderr,
+		HideHelpCommand: true,
+		Commands: []*cli.Command{
+			{
+				Name:  "serve",
+				Usage: "run a node",
+				Description: `Runs a node: the HTTP API, the objects it holds and an embedded NATS server.
+With no flags: data under ./data, HTTP on 127.0.0.1:7070, NATS in process.
+Every flag also reads its HOST_... environment variable.
+Ctrl-C or SIGTERM shuts down gracefully: running calls finish first.`,
+				Flags: nodeFlags(),
+				Action: func(c *cli.Context) error {
+					cfg, err := nodeConfig(c, stderr)
+					if err != nil {
+						return err
+					}
+					return serve(c.Context, cfg, nil, stdout)
+				},
+			},
+			{
+				Name:  "dev",
+				Usage: "run a node with the example programs built and uploaded: the one-command start",
+				Description: `Builds every example in examples/wasm (Go; Rust too when Debian's rustc with
+the wasm32 target is installed) into examples/wasm/out, starts a node like
+"host serve" and uploads them, then prints what to try.`,
+				Flags: append(nodeFlags(),
+					&cli.StringFlag{Name: "examples", Value: examples.SourceDir(), Usage: "`DIR` of the example sources"},
+				),
+				Action: func(c *cli.Context) error {
+					cfg, err := nodeConfig(c, stderr)
+					if err != nil {
+						return err
+					}
+					return serve(c.Context, cfg, func(ctx context.Context, n *host.Node) error {
+						return devSetup(ctx, n, stdout)
+					}, stdout)
+				},
+			},
+			{
+				Name:      "upload",
+				Usage:     "upload a program (a .wasm module) under a name; each upload of new bytes is a new version",
+				ArgsUsage: "FILE.wasm",
+				Flags: []cli.Flag{
+					&cli.StringFlag{Name: "name", Usage: "program `NAME` (default: the file name without .wasm)"},
+					serverFlag(), tokenFlag(),
+				},
+				Action: func(c *cli.Context) error {
+					if c.NArg() != 1 {
+						return errors.New("usage: host upload FILE.wasm [--name NAME]")
+					}
+					path := c.Args().First()
+					wasm, err := os.ReadFile(path)
+					if err != nil {
+						return err
+					}
+					name := c.String("name")
+					if name == "" {
+						name = strings.TrimSuffix(filepath.Base(path), ".wasm")
+					}
+					p, err := client(c).Upload(c.Context, name, wasm)
+					if err != nil {
+						return err
+					}
+					fmt.Fprintf(stdout, "program  %s\nversion  %d\ndigest   sha256:%s\nsize     %d bytes\nexports  %s\nhandlers %s\n",
+						p.Name, p.Version, p.Digest, p.Size, strings.Join(p.Exports, ", "), strings.Join(p.Handlers, ", "))
+					return nil
+				},
+			},
+			{
+				Name:      "call",
+				Usage:     "call a method of an object and print its reply",
+				ArgsUsage: "PROGRAM/ID METHOD [PAYLOAD|-]",
+				Description: `PAYLOAD is sent as the request body; "-" reads it from standard input.
+Example: host call counter/c1 add '{"amount": 5}'`,
+				Flags: []cli.Flag{serverFlag(), tokenFlag()},
+				Action: func(c *cli.Context) error {
+					if c.NArg() < 2 || c.NArg() > 3 {
+						return errors.New("usage: host call PROGRAM/ID METHOD [PAYLOAD|-]")
+					}
+					var payload []byte
+					if c.NArg() == 3 {
+						payload = []byte(c.Args().Get(2))
+						if c.Args().Get(2) == "-" {
+							var err error
+							if payload, err = io.ReadAll(stdin); err != nil {
+								return err
+							}
+						}
+					}
+					out, err := client(c).Call(c.Context, c.Args().Get(0), c.Args().Get(1), payload)
+					if err != nil {
+						return err
+					}
+					stdout.Write(out)
+					if len(out) == 0 || out[len(out)-1] != '\n' {
+						fmt.Fprintln(stdout)
+					}
+					return nil
+				},
+			},
+			{
+				Name:      "programs",
+				Usage:     "list programs (the latest version of each), or every version of one",
+				ArgsUsage: "[NAME]",
+				Flags:     []cli.Flag{serverFlag(), tokenFlag()},
+				Action: func(c *cli.Context) error {
+					path := "/v1/programs"
+					if c.NArg() == 1 {
+						path += "/" + c.Args().First()
+					}
+					var v json.RawMessage
+					if err := client(c).Get(c.Context, path, &v); err != nil {
+						return err
+					}
+					return printJSON(stdout, v)
+				},
+			},
+		},
+	}
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// serve runs a node until SIGINT/SIGTERM, calling setup once it listens.
+func serve(parent context.Context, cfg host.Config, setup func(context.Context, *host.Node) error, stdout io.Writer) error {
+	ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	n, err := host.New(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if err := n.Start(); err != nil {
+		n.Shutdown(context.Background())
+		return err
+	}
+	if setup != nil {
+		if err := setup(ctx, n); err != nil {
+			n.Shutdown(context.Background())
+			return err
+		}
+	}
+	<-ctx.Done()
+	fmt.Fprintln(stdout, "shutting down: finishing running calls")
+	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return n.Shutdown(sctx)
+}
+
+func devSetup(ctx context.Context, n *host.Node, stdout io.Writer) error {
+	out := filepath.Join(examples.SourceDir(), "out")
+	fmt.Fprintf(stdout, "building examples into %s ...\n", out)
+	built, err := examples.Build(ctx, out, examples.Options{SkipRust: true})
+	if err != nil {
+		return fmt.Errorf("build examples: %w", err)
+	}
+	// Rust examples are a bonus here: without the toolchain, or if one
+	// fails to build, the Go ones still make a working demo.
+	if _, rerr := examples.Rustc(); rerr != nil {
+		fmt.Fprintf(stdout, "  (Rust examples skipped: %v)\n", rerr)
+	} else {
+		var rust []string
+		entries, _ := os.ReadDir(examples.SourceDir())
+		for _, e := range entries {
+			if strings.HasSuffix(e.Name(), "-rust") {
+				rust = append(rust, e.Name())
+			}
+		}
+		rb, rerr := examples.Build(ctx, out, examples.Options{Only: rust})
+		if rerr != nil {
+			fmt.Fprintf(stdout, "  (Rust examples skipped: %v)\n", firstLine(rerr.Error()))
+		} else {
+			built = append(built, rb...)
+		}
+	}
+	for _, b := range built {
+		wasm, err := os.ReadFile(b.Path)
+		if err != nil {
+			return err
+		}
+		p, _, err := n.Upload(ctx, b.Name, wasm)
+		if err != nil {
+			return fmt.Errorf("upload %s: %w", b.Name, err)
+		}
+		fmt.Fprintf(stdout, "  uploaded %-14s version %d  %d KB\n", p.Name, p.Version, p.Size/1024)
+	}
+	fmt.Fprintf(stdout, `
+node %s is up at %s
+
+try:
+  host call counter/c1 inc
+  host call counter/c1 add '{"amount": 5}'
+  host call chat/room1 post '{"author": "ann", "text": "hi"}'
+  host call chat/room1 history
+  curl -X POST %s/v1/objects/counter/c1/get
+
+Ctrl-C stops the node; state survives under its data directory.
+`, n.ID(), n.URL(), n.URL())
+	return nil
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
+}
+
+// permute moves flags that follow positional arguments in front of them, so
+// "host upload app.wasm --name app" works like "host upload --name app
+// app.wasm" (urfave/cli stops parsing flags at the first argument).
+func permute(app *cli.App, args []string) []string {
+	if len(args) < 2 {
+		return args
+	}
+	var cmd *cli.Command
+	for _, c := range app.Commands {
+		if c.Name == args[1] {
+			cmd = c
+		}
+	}
+	if cmd == nil {
+		return args
+	}
+	valued := map[string]bool{}
+	for _, f := range cmd.Flags {
+		_, isBool := f.(*cli.BoolFlag)
+		for _, name := range f.Names() {
+			valued[name] = !isBool
+		}
+	}
+	var flags, pos []string
+	rest := args[2:]
+	for i := 0; i < len(rest); i++ {
+		a := rest[i]
+		if a == "--" {
+			pos = append(pos, rest[i+1:]...)
+			break
+		}
+		if len(a) > 1 && a[0] == '-' {
+			flags = append(flags, a)
+			name := strings.TrimLeft(a, "-")
+			if !strings.Contains(name, "=") && valued[name] && i+1 < len(rest) {
+				flags = append(flags, rest[i+1])
+				i++
+			}
+			continue
+		}
+		pos = append(pos, a)
+	}
+	out := append([]string{args[0], args[1]}, flags...)
+	if len(pos) > 0 {
+		out = append(out, "--")
+		out = append(out, pos...)
+	}
+	return out
+}

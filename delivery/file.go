@@ -1,0 +1,273 @@
+package delivery
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+
+	"github.com/durable-host/host/abi"
+)
+
+// Sync is SQLite's synchronous setting for object files.
+type Sync string
+
+// Sync settings. With WAL, Normal survives a crash of the process (a commit
+// is in the OS before it returns) but the last commits may be lost on power
+// loss; Full fsyncs every commit and survives power loss.
+const (
+	SyncNormal Sync = "NORMAL"
+	SyncFull   Sync = "FULL"
+)
+
+const schema = `
+CREATE TABLE IF NOT EXISTS state (
+	key   BLOB PRIMARY KEY,
+	value BLOB NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS log (
+	seq     INTEGER PRIMARY KEY,
+	topic   TEXT NOT NULL,
+	payload BLOB NOT NULL,
+	time    INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS log_topic ON log(topic, seq);
+CREATE TABLE IF NOT EXISTS edges (
+	id       INTEGER PRIMARY KEY,
+	kind     INTEGER NOT NULL,
+	follower TEXT NOT NULL,
+	node     TEXT NOT NULL,
+	topic    TEXT NOT NULL,
+	filter   TEXT NOT NULL DEFAULT '',
+	cursor   INTEGER NOT NULL,
+	attempts INTEGER NOT NULL DEFAULT 0,
+	next_due INTEGER NOT NULL DEFAULT 0,
+	created  INTEGER NOT NULL,
+	UNIQUE (kind, follower, topic)
+);
+CREATE TABLE IF NOT EXISTS cursors (
+	publisher TEXT NOT NULL,
+	topic     TEXT NOT NULL,
+	seq       INTEGER NOT NULL,
+	PRIMARY KEY (publisher, topic)
+) WITHOUT ROWID;
+`
+
+// File is one object's SQLite file: its state, its event log, its edges (as
+// a publisher) and its receive cursors (as a follower). It is used by one
+// goroutine at a time: the object's single handler, or its pump between
+// handlers.
+type File struct {
+	path string
+	db   *sql.DB
+	conn *sql.Conn
+
+	get, put, del, scan, appendLog, head *sql.Stmt
+	cursorGet, cursorPut               *sql.Stmt
+}
+
+// OpenFile opens (creating if needed) the object file at path.
+func OpenFile(ctx context.Context, path string, sync Sync) (*File, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, err
+	}
+	if sync == "" {
+		sync = SyncNormal
+	}
+	q := url.Values{}
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous("+string(sync)+")")
+	q.Add("_pragma", "busy_timeout(10000)")
+	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(1)
+	f := &File{path: path, db: db}
+	if err := f.init(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	return f, nil
+}
+
+func (f *File) init(ctx context.Context) error {
+	var err error
+	if f.conn, err = f.db.Conn(ctx); err != nil {
+		return err
+	}
+	if _, err := f.conn.ExecContext(ctx, schema); err != nil {
+		return err
+	}
+	prep := func(dst **sql.Stmt, q string) {
+		if err == nil {
+			*dst, err = f.conn.PrepareContext(ctx, q)
+		}
+	}
+	prep(&f.get, `SELECT value FROM state WHERE key = ?`)
+	prep(&f.put, `INSERT INTO state (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`)
+	prep(&f.del, `DELETE FROM state WHERE key = ?`)
+	prep(&f.scan, `SELECT key, value FROM state WHERE key >= ? ORDER BY key LIMIT ?`)
+	prep(&f.appendLog, `INSERT INTO log (topic, payload, time) VALUES (?, ?, ?)`)
+	prep(&f.head, `SELECT COALESCE(MAX(seq), 0) FROM log`)
+	prep(&f.cursorGet, `SELECT seq FROM cursors WHERE publisher = ? AND topic = ?`)
+	prep(&f.cursorPut, `INSERT INTO cursors (publisher, topic, seq) VALUES (?, ?, ?) ON CONFLICT (publisher, topic) DO UPDATE SET seq = excluded.seq`)
+	return err
+}
+
+// Path returns the file's path.
+func (f *File) Path() string { return f.path }
+
+// Close closes the file.
+func (f *File) Close() error {
+	if f.conn != nil {
+		f.conn.Close()
+	}
+	return f.db.Close()
+}
+
+// Tx is one transaction on a File: a handler's writes and publishes, or the
+// pump's edge updates.
+type Tx struct {
+	f         *File
+	done      bool
+	published int
+}
+
+// Begin starts a write transaction. SQLite calls use a background context:
+// a cancellable one would cost a goroutine per statement in the driver, and
+// the VM's budget stops the guest that issues them.
+func (f *File) Begin() (*Tx, error) {
+	if _, err := f.conn.ExecContext(context.Background(), "BEGIN IMMEDIATE"); err != nil {
+		return nil, fmt.Errorf("begin: %w", err)
+	}
+	return &Tx{f: f}, nil
+}
+
+// Commit commits the transaction.
+func (t *Tx) Commit() error {
+	if t.done {
+		return errors.New("transaction already finished")
+	}
+	t.done = true
+	if _, err := t.f.conn.ExecContext(context.Background(), "COMMIT"); err != nil {
+		t.f.conn.ExecContext(context.Background(), "ROLLBACK")
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// Rollback abandons the transaction; after Commit it does nothing.
+func (t *Tx) Rollback() error {
+	if t.done {
+		return nil
+	}
+	t.done = true
+	_, err := t.f.conn.ExecContext(context.Background(), "ROLLBACK")
+	return err
+}
+
+// Published reports how many events this transaction appended.
+func (t *Tx) Published() int { return t.published }
+
+var bg = context.Background()
+
+// Get reads a state value.
+func (t *Tx) Get(key []byte) ([]byte, bool, error) {
+	var v []byte
+	err := t.f.get.QueryRowContext(bg, key).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	if v == nil {
+		v = []byte{}
+	}
+	return v, true, nil
+}
+
+// Put writes a state value.
+func (t *Tx) Put(key, value []byte) error {
+	if value == nil {
+		value = []byte{}
+	}
+	_, err := t.f.put.ExecContext(bg, key, value)
+	return err
+}
+
+// Delete removes a state value.
+func (t *Tx) Delete(key []byte) error {
+	_, err := t.f.del.ExecContext(bg, key)
+	return err
+}
+
+// Scan returns up to limit pairs whose key starts with prefix, in key order.
+func (t *Tx) Scan(prefix []byte, limit int) ([]abi.Pair, error) {
+	rows, err := t.f.scan.QueryContext(bg, append([]byte{}, prefix...), limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []abi.Pair
+	for rows.Next() {
+		var p abi.Pair
+		if err := rows.Scan(&p.Key, &p.Value); err != nil {
+			return nil, err
+		}
+		if !bytes.HasPrefix(p.Key, prefix) {
+			break
+		}
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
+// Append appends an event to the log and returns its seq.
+func (t *Tx) Append(topic string, payload []byte, at time.Time) (uint64, error) {
+	if payload == nil {
+		payload = []byte{}
+	}
+	res, err := t.f.appendLog.ExecContext(bg, topic, payload, at.UnixNano())
+	if err != nil {
+		return 0, err
+	}
+	seq, err := res.LastInsertId()
+	t.published++
+	return uint64(seq), err
+}
+
+// Head returns the log's last seq (0 when empty).
+func (t *Tx) Head() (uint64, error) { return t.f.Head() }
+
+// Head returns the log's last seq (0 when empty).
+func (f *File) Head() (uint64, error) {
+	var h int64
+	err := f.head.QueryRowContext(bg).Scan(&h)
+	return uint64(h), err
+}
+
+// Cursor returns the receive cursor for (publisher, topic): the last seq
+// whose handler committed here.
+func (t *Tx) Cursor(publisher, topic string) (uint64, error) {
+	var s int64
+	err := t.f.cursorGet.QueryRowContext(bg, publisher, topic).Scan(&s)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	return uint64(s), err
+}
+
+// SetCursor advances the receive cursor inside this transaction.
+func (t *Tx) SetCursor(publisher, topic string, seq uint64) error {
+	_, err := t.f.cursorPut.ExecContext(bg, publisher, topic, int64(seq))
+	return err
+}

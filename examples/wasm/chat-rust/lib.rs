@@ -1,0 +1,113 @@
+//! chat-rust is the Rust twin of examples/wasm/chat: a chat room per object.
+//!
+//! Methods:
+//!   - post {"author": "...", "text": "..."}: stores the message and
+//!     publishes it on topic "messages"; replies {"n": N}, its sequence
+//!     number in the room.
+//!   - history {"limit": N}: the most recent messages, oldest first
+//!     (default 50).
+//!   - set_key {"key": "..."}: protects the room; from then on a follower
+//!     must present the key (as its follow params) to be admitted.
+//!
+//! Replies, events, stored state and errors match the Go program byte for
+//! byte.
+
+use host_sdk::json::{self, Struct, Type};
+use host_sdk::{Error, Program};
+
+host_sdk::program!(register);
+
+const MAX_TEXT: usize = 4096;
+
+// The Go program's `message` struct.
+static MESSAGE: Struct = Struct {
+    name: "message",
+    go_type: "main.message",
+    fields: &[("author", Type::String), ("text", Type::String), ("time", Type::Int64)],
+};
+
+static HISTORY: Struct = Struct {
+    name: "",
+    go_type: r#"struct { Limit int "json:\"limit\"" }"#,
+    fields: &[("limit", Type::Int)],
+};
+
+static SET_KEY: Struct = Struct {
+    name: "",
+    go_type: r#"struct { Key string "json:\"key\"" }"#,
+    fields: &[("key", Type::String)],
+};
+
+struct Message {
+    author: String,
+    text: String,
+    time: i64,
+}
+
+impl Message {
+    fn to_json(&self) -> Vec<u8> {
+        json::Object::new().str("author", &self.author).str("text", &self.text).int("time", self.time).finish()
+    }
+}
+
+fn msg_key(n: i64) -> String {
+    format!("msg/{:016}", n)
+}
+
+fn register(p: &mut Program) {
+    p.json_method("post", &MESSAGE, |m| {
+        let text = m.str("text");
+        if text.is_empty() {
+            return host_sdk::fail(r#"post needs {"text": "..."}"#);
+        }
+        if text.len() > MAX_TEXT {
+            return host_sdk::fail(format!("text is {} bytes, at most {}", text.len(), MAX_TEXT));
+        }
+        let author = match m.str("author") {
+            "" => "anonymous",
+            a => a,
+        };
+        let msg = Message { author: author.to_string(), text: text.to_string(), time: host_sdk::now() };
+        let n = host_sdk::get_int("count").wrapping_add(1);
+        host_sdk::put_int("count", n)?;
+        let body = msg.to_json();
+        host_sdk::put(msg_key(n), &body)?;
+        host_sdk::publish("messages", &body)?;
+        Ok(json::Object::new().int("n", n).finish())
+    });
+    p.json_method("history", &HISTORY, |a| {
+        let mut limit = a.int("limit");
+        if limit <= 0 || limit > 1000 {
+            limit = 50;
+        }
+        let n = host_sdk::get_int("count");
+        let mut out = Vec::new();
+        let mut i = n.wrapping_sub(limit).wrapping_add(1);
+        while i <= n {
+            if i >= 1 {
+                if let Some(b) = host_sdk::get(msg_key(i)) {
+                    if let Ok(f) = json::decode(&b, &MESSAGE) {
+                        let m = Message { author: f.str("author").to_string(), text: f.str("text").to_string(), time: f.int("time") };
+                        out.push(m.to_json());
+                    }
+                }
+            }
+            i += 1;
+        }
+        Ok(json::array(out))
+    });
+    p.json_method("set_key", &SET_KEY, |a| {
+        host_sdk::put("key", a.str("key"))?;
+        Ok(json::bool(true))
+    });
+    p.on_follow(|r| {
+        let key = match host_sdk::get("key") {
+            Some(k) if !k.is_empty() => k,
+            _ => return Ok(()),
+        };
+        if !host_sdk::constant_time_eq(&key, &r.params) {
+            return Err(Error::refuse("this room needs its key"));
+        }
+        Ok(())
+    });
+}

@@ -1,0 +1,92 @@
+package host
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+)
+
+// Client talks to a node's HTTP API.
+type Client struct {
+	// Base is the node's URL, e.g. http://127.0.0.1:7070.
+	Base string
+	// Token is sent as a bearer token when set.
+	Token string
+	// HTTP is the client to use; nil means http.DefaultClient.
+	HTTP *http.Client
+}
+
+// APIError is an error reply from the API.
+type APIError struct {
+	Status  int
+	Message string
+}
+
+func (e *APIError) Error() string { return fmt.Sprintf("%s (HTTP %d)", e.Message, e.Status) }
+
+func (c *Client) do(ctx context.Context, method, path string, body []byte) ([]byte, http.Header, error) {
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(c.Base, "/")+path, bytes.NewReader(body))
+	if err != nil {
+		return nil, nil, err
+	}
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	hc := c.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, nil, fmt.Errorf("cannot reach the node at %s: %w (is `host serve` running? set --server)", c.Base, err)
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, nil, err
+	}
+	if resp.StatusCode >= 400 {
+		var e struct {
+			Error string `json:"error"`
+		}
+		if json.Unmarshal(out, &e) != nil || e.Error == "" {
+			e.Error = strings.TrimSpace(string(out))
+		}
+		return nil, nil, &APIError{Status: resp.StatusCode, Message: e.Error}
+	}
+	return out, resp.Header, nil
+}
+
+// Upload stores wasm as the next version of program name.
+func (c *Client) Upload(ctx context.Context, name string, wasm []byte) (Program, error) {
+	var p Program
+	out, _, err := c.do(ctx, http.MethodPut, "/v1/programs/"+url.PathEscape(name), wasm)
+	if err != nil {
+		return p, err
+	}
+	return p, json.Unmarshal(out, &p)
+}
+
+// Call calls method on object ("program/id") and returns the reply.
+func (c *Client) Call(ctx context.Context, object, method string, payload []byte) ([]byte, error) {
+	id, err := ParseObjectID(object)
+	if err != nil {
+		return nil, err
+	}
+	out, _, err := c.do(ctx, http.MethodPost, "/v1/objects/"+url.PathEscape(id.Program)+"/"+url.PathEscape(id.ID)+"/"+url.PathEscape(method), payload)
+	return out, err
+}
+
+// Get fetches a JSON document from path into v.
+func (c *Client) Get(ctx context.Context, path string, v any) error {
+	out, _, err := c.do(ctx, http.MethodGet, path, nil)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(out, v)
+}

@@ -1,0 +1,118 @@
+package host
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+// NATSConfig says how a node reaches NATS: an embedded server (the default,
+// in process with no TCP port unless Listen or Cluster is set), or an
+// existing cluster at URL.
+type NATSConfig struct {
+	// URL joins an existing NATS cluster instead of embedding a server.
+	URL string
+	// Listen is the embedded server's client address (HOST:PORT); empty
+	// means in-process only, unless clustering needs a port.
+	Listen string
+	// Cluster is the embedded server's route address (HOST:PORT).
+	Cluster string
+	// Routes are the peers' route URLs (nats://HOST:PORT).
+	Routes []string
+}
+
+type natsConn struct {
+	srv *server.Server // nil with an external URL
+	nc  *nats.Conn
+}
+
+func hostPort(s string) (string, int, error) {
+	h, p, err := net.SplitHostPort(s)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(p)
+	return h, port, err
+}
+
+func startNATS(cfg NATSConfig, storeDir string, log *slog.Logger) (*natsConn, error) {
+	if cfg.URL != "" {
+		nc, err := nats.Connect(cfg.URL, nats.Name("host"), nats.MaxReconnects(-1))
+		if err != nil {
+			return nil, fmt.Errorf("connect %s: %w", cfg.URL, err)
+		}
+		return &natsConn{nc: nc}, nil
+	}
+	opts := &server.Options{
+		ServerName: "host",
+		JetStream:  true,
+		StoreDir:   storeDir,
+		NoSigs:     true,
+		NoLog:      true,
+	}
+	switch {
+	case cfg.Listen != "":
+		h, p, err := hostPort(cfg.Listen)
+		if err != nil {
+			return nil, fmt.Errorf("nats listen %q: %w", cfg.Listen, err)
+		}
+		opts.Host, opts.Port = h, p
+	case cfg.Cluster != "":
+		// A clustered server only starts routing once its client listener
+		// is up, so it needs one: loopback, any port.
+		opts.Host, opts.Port = "127.0.0.1", server.RANDOM_PORT
+	default:
+		opts.DontListen = true
+	}
+	if cfg.Cluster != "" {
+		h, p, err := hostPort(cfg.Cluster)
+		if err != nil {
+			return nil, fmt.Errorf("nats cluster %q: %w", cfg.Cluster, err)
+		}
+		opts.Cluster.Name = "host"
+		opts.Cluster.Host, opts.Cluster.Port = h, p
+		opts.ServerName = "host-" + net.JoinHostPort(h, strconv.Itoa(p))
+		for _, r := range cfg.Routes {
+			u, err := url.Parse(r)
+			if err != nil {
+				return nil, fmt.Errorf("nats route %q: %w", r, err)
+			}
+			opts.Routes = append(opts.Routes, u)
+		}
+	} else if len(cfg.Routes) > 0 {
+		return nil, errors.New("--nats-routes needs --nats-cluster (this node's route address)")
+	}
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		return nil, err
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		srv.Shutdown()
+		return nil, errors.New("embedded NATS server did not start within 10s")
+	}
+	nc, err := nats.Connect("", nats.InProcessServer(srv), nats.Name("host"))
+	if err != nil {
+		srv.Shutdown()
+		return nil, err
+	}
+	log.Debug("embedded NATS started", slog.String("client", srv.ClientURL()))
+	return &natsConn{srv: srv, nc: nc}, nil
+}
+
+func (c *natsConn) close() {
+	if c.nc != nil {
+		c.nc.Close()
+	}
+	if c.srv != nil {
+		c.srv.Shutdown()
+		c.srv.WaitForShutdown()
+	}
+}

@@ -1,0 +1,308 @@
+// Package host is the node: the HTTP API, programs, object activation, and
+// the embedded NATS server. It wires the vm (running guests) to delivery
+// (object files, logs, edges).
+//
+// It does not run guests itself (vm does) nor define what is in an object's
+// file (delivery does).
+package host
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/durable-host/host/delivery"
+	"github.com/durable-host/host/vm"
+)
+
+// Config configures a node. Start from DefaultConfig.
+type Config struct {
+	// DataDir holds the node database, programs, object files and the
+	// compilation cache.
+	DataDir string
+	// Listen is the HTTP address.
+	Listen string
+	// VM configures the engine; its CacheDir defaults to DataDir/cache.
+	VM vm.Config
+	// Sync is SQLite's synchronous setting for object files.
+	Sync delivery.Sync
+	// MaxActiveObjects bounds the objects with an open file and an
+	// instance; the least recently used idle one is deactivated past it.
+	MaxActiveObjects int
+	// IdleTimeout deactivates an object unused this long.
+	IdleTimeout time.Duration
+	// MaxPayload bounds a method call's request body.
+	MaxPayload int
+	// NATS configures the embedded server or an external cluster.
+	NATS NATSConfig
+	// Logger is the node's logger.
+	Logger *slog.Logger
+}
+
+// Defaults.
+const (
+	DefaultListen           = "127.0.0.1:7070"
+	DefaultDataDir          = "data"
+	DefaultMaxActiveObjects = 512
+	DefaultIdleTimeout      = 2 * time.Minute
+	DefaultMaxPayload       = 1 << 20
+)
+
+// DefaultConfig returns the documented defaults.
+func DefaultConfig() Config {
+	return Config{
+		DataDir:          DefaultDataDir,
+		Listen:           DefaultListen,
+		VM:               vm.DefaultConfig(),
+		Sync:             delivery.SyncNormal,
+		MaxActiveObjects: DefaultMaxActiveObjects,
+		IdleTimeout:      DefaultIdleTimeout,
+		MaxPayload:       DefaultMaxPayload,
+		Logger:           slog.Default(),
+	}
+}
+
+// Validate reports every problem with the configuration at once.
+func (c Config) Validate() error {
+	var errs []error
+	if c.DataDir == "" {
+		errs = append(errs, errors.New("data directory must be set"))
+	}
+	if c.MaxActiveObjects < 1 {
+		errs = append(errs, errors.New("max active objects must be at least 1"))
+	}
+	if c.IdleTimeout <= 0 {
+		errs = append(errs, errors.New("idle timeout must be positive"))
+	}
+	if c.MaxPayload < 1 {
+		errs = append(errs, errors.New("max payload must be positive"))
+	}
+	if c.Sync != delivery.SyncNormal && c.Sync != delivery.SyncFull {
+		errs = append(errs, fmt.Errorf("sync must be NORMAL or FULL, not %q", c.Sync))
+	}
+	if err := c.VM.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// Errors the API maps to statuses.
+var (
+	ErrBadRequest     = errors.New("bad request")
+	ErrUnknownProgram = errors.New("unknown program")
+	ErrUnknownObject  = errors.New("unknown object")
+	ErrShuttingDown   = errors.New("node is shutting down")
+	ErrTooLarge       = errors.New("too large")
+)
+
+// Node is one `host serve` process.
+type Node struct {
+	cfg      Config
+	id       string
+	log      *slog.Logger
+	db       *sql.DB
+	engine   *vm.Engine
+	programs *programs
+	objects  *objects
+	nats     *natsConn
+	metrics  *metrics
+
+	httpSrv *http.Server
+	ln      net.Listener
+
+	stop     chan struct{}
+	wg       sync.WaitGroup
+	shutOnce sync.Once
+}
+
+// New opens the node's storage, starts its engine and NATS, but does not
+// listen yet (see Start).
+func New(ctx context.Context, cfg Config) (*Node, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, err
+	}
+	if cfg.VM.CacheDir == "" {
+		cfg.VM.CacheDir = filepath.Join(cfg.DataDir, "cache")
+	}
+	cfg.VM.Logger = cfg.Logger
+	n := &Node{cfg: cfg, id: newNodeID(), stop: make(chan struct{})}
+	n.log = cfg.Logger.With(slog.String("node", n.id))
+	n.metrics = newMetrics()
+	var err error
+	defer func() {
+		if err != nil {
+			n.closeParts(context.Background())
+		}
+	}()
+	if n.db, err = sql.Open("sqlite", "file:"+filepath.Join(cfg.DataDir, "node.db")+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)"); err != nil {
+		return nil, err
+	}
+	n.db.SetMaxOpenConns(1)
+	if n.engine, err = vm.New(ctx, cfg.VM); err != nil {
+		return nil, err
+	}
+	if n.programs, err = openPrograms(ctx, cfg.DataDir, n.db, n.engine); err != nil {
+		return nil, fmt.Errorf("programs: %w", err)
+	}
+	n.objects = newObjects(n)
+	if n.nats, err = startNATS(cfg.NATS, filepath.Join(cfg.DataDir, "nats"), n.log); err != nil {
+		return nil, fmt.Errorf("nats: %w", err)
+	}
+	return n, nil
+}
+
+// newNodeID returns a fresh random id; ids are never reused.
+func newNodeID() string {
+	var b [6]byte
+	rand.Read(b[:])
+	return "n-" + hex.EncodeToString(b[:])
+}
+
+// ID returns the node's id.
+func (n *Node) ID() string { return n.id }
+
+// Start listens on cfg.Listen and serves the API until Shutdown.
+func (n *Node) Start() error {
+	ln, err := net.Listen("tcp", n.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", n.cfg.Listen, err)
+	}
+	n.ln = ln
+	n.httpSrv = &http.Server{Handler: n.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	n.wg.Add(2)
+	go func() {
+		defer n.wg.Done()
+		if err := n.httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			n.log.Error("http server stopped", slog.Any("err", err))
+		}
+	}()
+	go func() {
+		defer n.wg.Done()
+		n.reaper()
+	}()
+	n.log.Info("node started", slog.String("http", "http://"+ln.Addr().String()), slog.String("data", n.cfg.DataDir))
+	return nil
+}
+
+// Addr returns the HTTP listen address once started.
+func (n *Node) Addr() string { return n.ln.Addr().String() }
+
+// URL returns the node's base URL once started.
+func (n *Node) URL() string { return "http://" + n.Addr() }
+
+func (n *Node) reaper() {
+	tick := min(n.cfg.IdleTimeout/4, 30*time.Second)
+	t := time.NewTicker(max(tick, 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case now := <-t.C:
+			if k := n.objects.reapIdle(now); k > 0 {
+				n.log.Debug("deactivated idle objects", slog.Int("count", k))
+			}
+		}
+	}
+}
+
+// Shutdown stops accepting requests, lets running calls finish (until ctx
+// ends), then closes every object, the engine and NATS.
+func (n *Node) Shutdown(ctx context.Context) error {
+	var err error
+	n.shutOnce.Do(func() {
+		if n.httpSrv != nil {
+			err = n.httpSrv.Shutdown(ctx)
+		}
+		close(n.stop)
+		n.wg.Wait()
+		n.closeParts(ctx)
+		n.log.Info("node stopped")
+	})
+	return err
+}
+
+func (n *Node) closeParts(ctx context.Context) {
+	if n.objects != nil {
+		n.objects.closeAll()
+	}
+	if n.programs != nil {
+		n.programs.close(ctx)
+	}
+	if n.engine != nil {
+		n.engine.Close(ctx)
+	}
+	if n.nats != nil {
+		n.nats.close()
+	}
+	if n.db != nil {
+		n.db.Close()
+	}
+}
+
+// Upload validates wasm and stores it as the next version of name; created
+// is false when the bytes equal the latest version.
+func (n *Node) Upload(ctx context.Context, name string, wasm []byte) (Program, bool, error) {
+	return n.programs.upload(ctx, name, wasm)
+}
+
+// Programs lists the latest version of each program, or every version of
+// name.
+func (n *Node) Programs(ctx context.Context, name string) ([]Program, error) {
+	if name != "" {
+		if _, err := n.programs.latest(ctx, name); err != nil {
+			return nil, err
+		}
+	}
+	return n.programs.list(ctx, name)
+}
+
+// Call runs method on the object with payload and returns its reply. Calls
+// to one object run one at a time, in arrival order; calls to different
+// objects run in parallel.
+func (n *Node) Call(ctx context.Context, id ObjectID, method string, payload []byte) ([]byte, error) {
+	if err := id.Validate(); err != nil {
+		return nil, err
+	}
+	if len(payload) > n.cfg.MaxPayload {
+		return nil, fmt.Errorf("%w: payload is %d bytes, the limit is %d", ErrTooLarge, len(payload), n.cfg.MaxPayload)
+	}
+	if _, err := n.programs.latest(ctx, id.Program); err != nil {
+		return nil, err
+	}
+	o, err := n.objects.acquire(id)
+	if err != nil {
+		return nil, err
+	}
+	defer n.objects.release(o)
+	if err := o.lock(ctx); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	reply, err := o.call(ctx, method, payload)
+	o.unlock()
+	n.metrics.observeCall(id.Program, time.Since(start), err)
+	if errors.Is(err, errDeactivated) {
+		err = ErrShuttingDown
+	}
+	return reply, err
+}
+
+// ActiveObjects reports how many objects are active.
+func (n *Node) ActiveObjects() int { return n.objects.count() }

@@ -1,0 +1,342 @@
+package host
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/durable-host/host/abi"
+	"github.com/durable-host/host/delivery"
+	"github.com/durable-host/host/vm"
+)
+
+// ObjectID names an object: a program and an id within it.
+type ObjectID struct {
+	Program string
+	ID      string
+}
+
+func (o ObjectID) String() string { return o.Program + "/" + o.ID }
+
+// ParseObjectID parses "program/id".
+func ParseObjectID(s string) (ObjectID, error) {
+	p, id, ok := strings.Cut(s, "/")
+	if !ok {
+		return ObjectID{}, fmt.Errorf("%w: object %q must be PROGRAM/ID", ErrBadRequest, clip(s))
+	}
+	o := ObjectID{p, id}
+	return o, o.Validate()
+}
+
+// Validate checks both parts.
+func (o ObjectID) Validate() error {
+	if err := ValidateProgramName(o.Program); err != nil {
+		return err
+	}
+	return ValidateObjectID(o.ID)
+}
+
+// object is one active object: its file, its instance, and the lock that
+// lets one handler run at a time.
+type object struct {
+	id   ObjectID
+	node *Node
+
+	// sem is the object's lock, a channel so waiting respects contexts:
+	// one handler (or the pump) at a time. Everything below is guarded by
+	// it.
+	sem     chan struct{}
+	file    *delivery.File
+	prog    Program
+	module  *vm.Module
+	inst    *vm.Instance
+	closed  bool
+	calls   int64
+	lastErr error
+
+	// Guarded by objects.mu.
+	refs     int
+	lastUsed time.Time
+	elem     *list.Element
+}
+
+func (o *object) lock(ctx context.Context) error {
+	select {
+	case o.sem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for %s: %w", o.id, ctx.Err())
+	}
+}
+
+func (o *object) unlock() { <-o.sem }
+
+// objects is the registry of active objects, bounded by an LRU.
+type objects struct {
+	node *Node
+
+	// mu guards active, lru and each object's refs, lastUsed and elem. It is
+	// never held while waiting for an object's lock.
+	mu     sync.Mutex
+	active map[ObjectID]*object
+	lru    *list.List // front = most recently used
+	closed bool
+}
+
+func newObjects(n *Node) *objects {
+	return &objects{node: n, active: map[ObjectID]*object{}, lru: list.New()}
+}
+
+// acquire returns the active object for id (making it active if needed) with
+// a reference the caller must release.
+func (r *objects) acquire(id ObjectID) (*object, error) {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil, ErrShuttingDown
+	}
+	o, ok := r.active[id]
+	if !ok {
+		o = &object{id: id, node: r.node, sem: make(chan struct{}, 1)}
+		r.active[id] = o
+		o.elem = r.lru.PushFront(o)
+	} else {
+		r.lru.MoveToFront(o.elem)
+	}
+	o.refs++
+	o.lastUsed = time.Now()
+	victims := r.overLimit()
+	r.mu.Unlock()
+	r.deactivate(victims)
+	return o, nil
+}
+
+func (r *objects) release(o *object) {
+	r.mu.Lock()
+	o.refs--
+	o.lastUsed = time.Now()
+	r.mu.Unlock()
+}
+
+// overLimit removes idle objects past the active bound from the registry and
+// returns them for closing. Called with mu held.
+func (r *objects) overLimit() []*object {
+	var out []*object
+	max := r.node.cfg.MaxActiveObjects
+	for e := r.lru.Back(); e != nil && len(r.active) > max; {
+		o := e.Value.(*object)
+		prev := e.Prev()
+		if o.refs == 0 {
+			r.remove(o)
+			out = append(out, o)
+		}
+		e = prev
+	}
+	return out
+}
+
+func (r *objects) remove(o *object) {
+	delete(r.active, o.id)
+	r.lru.Remove(o.elem)
+}
+
+// deactivate closes objects already removed from the registry, waiting for a
+// handler or pump that still holds one.
+func (r *objects) deactivate(os []*object) {
+	for _, o := range os {
+		o.sem <- struct{}{}
+		o.close()
+		<-o.sem
+	}
+}
+
+// reapIdle deactivates objects unused for longer than the idle timeout.
+func (r *objects) reapIdle(now time.Time) int {
+	r.mu.Lock()
+	var idle []*object
+	for e := r.lru.Back(); e != nil; {
+		o := e.Value.(*object)
+		prev := e.Prev()
+		if o.refs == 0 && now.Sub(o.lastUsed) >= r.node.cfg.IdleTimeout {
+			r.remove(o)
+			idle = append(idle, o)
+		}
+		e = prev
+	}
+	r.mu.Unlock()
+	r.deactivate(idle)
+	return len(idle)
+}
+
+// closeAll deactivates everything and refuses new activations.
+func (r *objects) closeAll() {
+	r.mu.Lock()
+	r.closed = true
+	var all []*object
+	for _, o := range r.active {
+		all = append(all, o)
+	}
+	r.active = map[ObjectID]*object{}
+	r.lru.Init()
+	r.mu.Unlock()
+	r.deactivate(all)
+}
+
+func (r *objects) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.active)
+}
+
+// close releases the instance and the file. Called with the object locked.
+func (o *object) close() {
+	o.closed = true
+	o.dropInstance()
+	if o.file != nil {
+		o.file.Close()
+		o.file = nil
+	}
+}
+
+func (o *object) dropInstance() {
+	if o.inst != nil {
+		o.inst.Close(context.Background())
+		o.inst = nil
+	}
+}
+
+// ready opens the file and makes the instance if needed. Called locked.
+func (o *object) ready(ctx context.Context) error {
+	if o.closed {
+		return errDeactivated
+	}
+	n := o.node
+	if o.module == nil {
+		pr, err := n.programs.latest(ctx, o.id.Program)
+		if err != nil {
+			return err
+		}
+		m, err := n.programs.module(ctx, pr.Digest, nil)
+		if err != nil {
+			return err
+		}
+		o.prog, o.module = pr, m
+	}
+	if o.file == nil {
+		f, err := delivery.OpenFile(ctx, n.objectPath(o.id), n.cfg.Sync)
+		if err != nil {
+			return err
+		}
+		o.file = f
+	}
+	if o.inst == nil {
+		inst, err := n.engine.Instantiate(ctx, o.module)
+		if err != nil {
+			return err
+		}
+		o.inst = inst
+	}
+	return nil
+}
+
+var errDeactivated = errors.New("object was deactivated")
+
+// call runs one method as one transaction. Called locked.
+func (o *object) call(ctx context.Context, method string, payload []byte) ([]byte, error) {
+	if err := o.ready(ctx); err != nil {
+		return nil, err
+	}
+	tx, err := o.file.Begin()
+	if err != nil {
+		return nil, err
+	}
+	h := &objectHost{o: o, tx: tx}
+	reply, err := o.inst.Call(h, method, payload)
+	if o.inst.Broken() {
+		o.dropInstance()
+	}
+	if err == nil && h.err != nil {
+		err = h.err
+	}
+	if err != nil {
+		tx.Rollback()
+		return nil, err
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, err
+	}
+	o.calls++
+	return reply, nil
+}
+
+func (n *Node) objectPath(id ObjectID) string {
+	return filepath.Join(n.cfg.DataDir, "objects", id.Program, id.ID+".db")
+}
+
+// objectHost is the vm.Host of one handler call: the object's transaction.
+type objectHost struct {
+	o   *object
+	tx  *delivery.Tx
+	err error // a failure the guest cannot see (storage), fails the call
+}
+
+var _ vm.Host = (*objectHost)(nil)
+
+func (h *objectHost) fail(err error) error {
+	if err != nil && h.err == nil {
+		h.err = err
+	}
+	return err
+}
+
+func (h *objectHost) Get(_ context.Context, k []byte) ([]byte, bool, error) {
+	v, ok, err := h.tx.Get(k)
+	return v, ok, h.fail(err)
+}
+
+func (h *objectHost) Put(_ context.Context, k, v []byte) error {
+	return h.fail(h.tx.Put(k, v))
+}
+
+func (h *objectHost) Delete(_ context.Context, k []byte) error {
+	return h.fail(h.tx.Delete(k))
+}
+
+func (h *objectHost) Scan(_ context.Context, prefix []byte, limit int) ([]abi.Pair, error) {
+	p, err := h.tx.Scan(prefix, limit)
+	return p, h.fail(err)
+}
+
+func (h *objectHost) Publish(_ context.Context, topic string, payload []byte) error {
+	_, err := h.tx.Append(topic, payload, time.Now())
+	return h.fail(err)
+}
+
+func (h *objectHost) Follow(ctx context.Context, req abi.FollowRequest) error {
+	return fmt.Errorf("%w: following arrives with event delivery", vm.ErrBadRequest)
+}
+
+func (h *objectHost) Unfollow(ctx context.Context, req abi.FollowRequest) error {
+	return fmt.Errorf("%w: following arrives with event delivery", vm.ErrBadRequest)
+}
+
+func (h *objectHost) Self() string { return h.o.id.String() }
+
+func (h *objectHost) Log(level int32, msg string) {
+	lv := slog.LevelInfo
+	switch level {
+	case abi.LogDebug:
+		lv = slog.LevelDebug
+	case abi.LogWarn:
+		lv = slog.LevelWarn
+	case abi.LogError:
+		lv = slog.LevelError
+	}
+	h.o.node.log.Log(context.Background(), lv, msg, slog.String("object", h.o.id.String()))
+}

@@ -1,0 +1,43 @@
+// Package sdk is what a Go program author imports to write a program for the
+// host: a WebAssembly module whose objects each own durable state, publish
+// events and follow other objects.
+//
+// # A program in five minutes
+//
+//	package main
+//
+//	import sdk "github.com/durable-host/host/sdk/go"
+//
+//	func init() {
+//		sdk.Method("inc", func(payload []byte) ([]byte, error) {
+//			n := sdk.GetInt("n") + 1
+//			sdk.PutInt("n", n)
+//			return sdk.Itoa(n), nil
+//		})
+//	}
+//
+//	func main() {}
+//
+// Build it as a WASI reactor and upload it:
+//
+//	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o counter.wasm .
+//	host upload counter.wasm --name counter
+//	host call counter/c1 inc
+//
+// Register handlers in init: the host runs init once per instance, then calls
+// handlers one at a time. Each object (program/id) has its own instance and
+// its own SQLite file; the state functions ([Get], [Put], [Delete], [Scan])
+// read and write that file inside the handler's transaction, and [Publish]
+// appends to the object's event log in the same transaction. If the handler
+// returns an error, panics, traps or runs past its 10 s budget, none of its
+// writes and none of its events happen.
+//
+// # Following
+//
+// An object follows another object's topic with [Follow]; the publisher's
+// follow hook ([OnFollow]) decides, and the follower's [OnReceive] handler then
+// gets each event at least once, with exactly-once effect on its state: the
+// host skips events the follower has already committed. A program with an
+// [OnEvent] handler shapes what its WebSocket connections receive; without
+// one, connections get the platform's forward envelope.
+package sdk

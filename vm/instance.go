@@ -1,0 +1,252 @@
+package vm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/sys"
+
+	"github.com/durable-host/host/abi"
+)
+
+// Host is what a running handler reaches through the host imports: its own
+// object's storage, log and edges. The caller passes one per call; ctx is the
+// instance's context, cancelled when the call overruns its budget.
+type Host interface {
+	Get(ctx context.Context, key []byte) ([]byte, bool, error)
+	Put(ctx context.Context, key, value []byte) error
+	Delete(ctx context.Context, key []byte) error
+	Scan(ctx context.Context, prefix []byte, limit int) ([]abi.Pair, error)
+	Publish(ctx context.Context, topic string, payload []byte) error
+	// Follow asks the publisher named in req to admit this object; a refusal
+	// is a *RefusedError.
+	Follow(ctx context.Context, req abi.FollowRequest) error
+	Unfollow(ctx context.Context, req abi.FollowRequest) error
+	// Self is the object's "program/id".
+	Self() string
+	Log(level int32, msg string)
+}
+
+// Instance is one live instance of a module, used by one caller at a time.
+// After any error other than a GuestError, RefusedError, ErrMethodNotFound or
+// ErrSkip it is Broken and must be closed.
+type Instance struct {
+	e      *Engine
+	module *Module
+	mod    api.Module
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	version, call, follow, receive, event api.Function
+
+	// Per call; touched only by the calling goroutine.
+	host    Host
+	input   []byte
+	result  []byte
+	reply   []byte
+	stack   [2]uint64
+	scratch []byte
+	broken  bool
+	out     *tail
+
+	// start is the running call's start (Engine.now), 0 when idle; the
+	// watchdog reads it and sets expired before cancelling.
+	start   atomic.Int64
+	expired atomic.Bool
+}
+
+// Module returns the module this instance runs.
+func (i *Instance) Module() *Module { return i.module }
+
+// Broken reports whether the instance must be discarded.
+func (i *Instance) Broken() bool { return i.broken }
+
+// Close releases the instance.
+func (i *Instance) Close(ctx context.Context) error {
+	var err error
+	if i.mod != nil {
+		err = i.mod.Close(ctx)
+	}
+	i.release()
+	return err
+}
+
+func (i *Instance) release() {
+	i.e.mu.Lock()
+	delete(i.e.live, i)
+	i.e.mu.Unlock()
+	i.cancel()
+}
+
+// Call runs method with payload and returns the handler's reply.
+func (i *Instance) Call(h Host, method string, payload []byte) ([]byte, error) {
+	if len(method) > abi.MaxMethodLen {
+		return nil, fmt.Errorf("%w: method name longer than %d bytes", ErrMethodNotFound, abi.MaxMethodLen)
+	}
+	in := append(append(i.scratch[:0], method...), payload...)
+	i.scratch = in[:0]
+	i.stack[0], i.stack[1] = uint64(len(method)), uint64(len(payload))
+	st, err := i.invoke(h, i.call, in, 2)
+	if err != nil {
+		return nil, err
+	}
+	switch st {
+	case abi.StatusOK:
+		return i.takeReply(), nil
+	case abi.StatusNotFound:
+		return nil, fmt.Errorf("%w: %q", ErrMethodNotFound, method)
+	case abi.StatusError:
+		return nil, &GuestError{Message: string(i.reply)}
+	}
+	return nil, &GuestError{Message: fmt.Sprintf("handler returned status %d", st)}
+}
+
+// Follow runs the follow hook on req. A program without one admits everyone.
+func (i *Instance) Follow(h Host, req *abi.FollowRequest) error {
+	if i.follow == nil {
+		return nil
+	}
+	i.scratch = abi.AppendFollowRequest(i.scratch[:0], req)
+	i.stack[0] = uint64(len(i.scratch))
+	st, err := i.invoke(h, i.follow, i.scratch, 1)
+	i.scratch = i.scratch[:0]
+	if err != nil {
+		return err
+	}
+	switch st {
+	case abi.StatusOK:
+		return nil
+	case abi.StatusRefused:
+		return &RefusedError{Reason: string(i.reply)}
+	case abi.StatusError:
+		return &GuestError{Message: string(i.reply)}
+	}
+	return &GuestError{Message: fmt.Sprintf("follow hook returned status %d", st)}
+}
+
+// HasReceive reports whether the program handles durable deliveries.
+func (i *Instance) HasReceive() bool { return i.receive != nil }
+
+// HasEvent reports whether the program shapes connection events.
+func (i *Instance) HasEvent() bool { return i.event != nil }
+
+// Receive runs the durable follower handler on e.
+func (i *Instance) Receive(h Host, e *abi.Event) error {
+	if i.receive == nil {
+		return ErrNoHandler
+	}
+	i.scratch = abi.AppendEvent(i.scratch[:0], e)
+	i.stack[0] = uint64(len(i.scratch))
+	st, err := i.invoke(h, i.receive, i.scratch, 1)
+	i.scratch = i.scratch[:0]
+	if err != nil {
+		return err
+	}
+	if st == abi.StatusOK {
+		return nil
+	}
+	if st == abi.StatusError {
+		return &GuestError{Message: string(i.reply)}
+	}
+	return &GuestError{Message: fmt.Sprintf("receive returned status %d", st)}
+}
+
+// Event runs the connection event handler on e and returns the frame to send,
+// or ErrSkip.
+func (i *Instance) Event(h Host, e *abi.Event) ([]byte, error) {
+	if i.event == nil {
+		return nil, ErrNoHandler
+	}
+	i.scratch = abi.AppendEvent(i.scratch[:0], e)
+	i.stack[0] = uint64(len(i.scratch))
+	st, err := i.invoke(h, i.event, i.scratch, 1)
+	i.scratch = i.scratch[:0]
+	if err != nil {
+		return nil, err
+	}
+	switch st {
+	case abi.StatusOK:
+		return i.takeReply(), nil
+	case abi.StatusSkip:
+		return nil, ErrSkip
+	case abi.StatusError:
+		return nil, &GuestError{Message: string(i.reply)}
+	}
+	return nil, &GuestError{Message: fmt.Sprintf("event returned status %d", st)}
+}
+
+func (i *Instance) takeReply() []byte {
+	if i.reply == nil {
+		return []byte{}
+	}
+	out := make([]byte, len(i.reply))
+	copy(out, i.reply)
+	return out
+}
+
+func (i *Instance) callRaw(h Host, f api.Function) (int32, error) {
+	return i.invoke(h, f, nil, 0)
+}
+
+// invoke calls f with i.stack[:nparams] under the budget.
+func (i *Instance) invoke(h Host, f api.Function, input []byte, nparams int) (int32, error) {
+	if i.broken {
+		return 0, &TrapError{Message: "instance is broken"}
+	}
+	i.host, i.input, i.reply, i.result = h, input, i.reply[:0], nil
+	i.start.Store(i.e.now())
+	err := f.CallWithStack(i.ctx, i.stack[:max(nparams, 1)])
+	i.start.Store(0)
+	i.host, i.input, i.result = nil, nil, nil
+	if err != nil {
+		i.broken = true
+		if i.expired.Load() {
+			return 0, ErrBudget
+		}
+		var exit *sys.ExitError
+		if errors.As(err, &exit) {
+			return 0, &TrapError{Message: fmt.Sprintf("exited with code %d", exit.ExitCode()), Output: i.out.String()}
+		}
+		var abiErr *abiViolation
+		if errors.As(err, &abiErr) {
+			return 0, &TrapError{Message: abiErr.Error()}
+		}
+		return 0, &TrapError{Message: firstLine(err.Error()), Output: i.out.String()}
+	}
+	return int32(uint32(i.stack[0])), nil
+}
+
+func firstLine(s string) string {
+	for j := 0; j < len(s); j++ {
+		if s[j] == '\n' {
+			return s[:j]
+		}
+	}
+	return s
+}
+
+// abiViolation is panicked inside a host function when the guest breaks the
+// ABI (a pointer outside its memory, a length over a limit it cannot be
+// told about); wazero turns the panic into a trap of the guest's call.
+type abiViolation struct{ msg string }
+
+func (a *abiViolation) Error() string { return "ABI violation: " + a.msg }
+
+// tail keeps the last max bytes written by the guest to stdout/stderr.
+type tail struct {
+	max int
+	buf []byte
+}
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > t.max {
+		t.buf = append(t.buf[:0], t.buf[len(t.buf)-t.max:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tail) String() string { return string(t.buf) }

@@ -1,0 +1,407 @@
+// Package vm runs guest programs with wazero: it compiles modules (with an
+// on-disk compilation cache), checks them against the abi contract, makes
+// instances, and calls their exports under the handler budget and the memory
+// page limit.
+//
+// It owns nothing durable: the state, the log and the edges a handler touches
+// are reached through the Host a caller passes to each call. A guest can never
+// crash or hang the host: a trap, a pointer outside its memory, a memory bomb
+// or a call past its budget fails that call and marks the instance broken; the
+// caller discards it and makes a fresh one.
+package vm
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+
+	"github.com/durable-host/host/abi"
+)
+
+// Defaults.
+const (
+	// DefaultBudget is the wall-clock budget of one handler call (seed 000).
+	DefaultBudget = 10 * time.Second
+	// DefaultMemoryLimitPages bounds an instance's linear memory: 2048 pages
+	// of 64 KiB = 128 MiB.
+	DefaultMemoryLimitPages = 2048
+	// DefaultMaxModuleSize bounds an uploaded module.
+	DefaultMaxModuleSize = 32 << 20
+)
+
+// Config configures an Engine. Build it with DefaultConfig.
+type Config struct {
+	// Budget is the wall-clock budget of one handler call; past it the call
+	// is cancelled, fails with ErrBudget and the instance is broken.
+	Budget time.Duration
+	// MemoryLimitPages is the most 64 KiB pages one instance may have.
+	MemoryLimitPages uint32
+	// MaxModuleSize is the largest module Compile accepts, in bytes.
+	MaxModuleSize int
+	// CacheDir holds compiled code across restarts; "" keeps it in memory.
+	CacheDir string
+	// Logger receives guest log lines.
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the documented defaults.
+func DefaultConfig() Config {
+	return Config{
+		Budget:           DefaultBudget,
+		MemoryLimitPages: DefaultMemoryLimitPages,
+		MaxModuleSize:    DefaultMaxModuleSize,
+		Logger:           slog.Default(),
+	}
+}
+
+// Validate reports a configuration that cannot work.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Budget <= 0 {
+		errs = append(errs, errors.New("budget must be positive"))
+	}
+	if c.MemoryLimitPages == 0 || c.MemoryLimitPages > 65536 {
+		errs = append(errs, errors.New("memory limit must be 1..65536 pages"))
+	}
+	if c.MaxModuleSize <= 0 {
+		errs = append(errs, errors.New("max module size must be positive"))
+	}
+	return errors.Join(errs...)
+}
+
+// Errors callers branch on.
+var (
+	// ErrBudget: the handler ran past its budget and was stopped.
+	ErrBudget = errors.New("handler ran past its budget")
+	// ErrMethodNotFound: the program has no such method.
+	ErrMethodNotFound = errors.New("no such method")
+	// ErrNoHandler: the program does not export the handler asked for.
+	ErrNoHandler = errors.New("program has no such handler")
+	// ErrInvalidModule: Compile refused the module; the error says why.
+	ErrInvalidModule = errors.New("invalid module")
+	// ErrSkip: an event handler chose to send nothing.
+	ErrSkip = errors.New("event skipped")
+)
+
+// GuestError is a handler's own error reply (status StatusError).
+type GuestError struct{ Message string }
+
+func (e *GuestError) Error() string { return e.Message }
+
+// RefusedError is a follow hook's refusal.
+type RefusedError struct{ Reason string }
+
+func (e *RefusedError) Error() string { return "follow refused: " + e.Reason }
+
+// TrapError is a guest that trapped, exited, or broke the ABI. The instance
+// is broken.
+type TrapError struct {
+	Message string
+	Output  string // the tail of what the guest wrote to stdout/stderr
+}
+
+func (e *TrapError) Error() string {
+	if e.Output != "" {
+		return "program trapped: " + e.Message + ": " + e.Output
+	}
+	return "program trapped: " + e.Message
+}
+
+// Engine compiles and instantiates modules. It is safe for concurrent use.
+type Engine struct {
+	cfg   Config
+	rt    wazero.Runtime
+	cache wazero.CompilationCache
+
+	// mu guards live, the instances the watchdog scans.
+	mu   sync.Mutex
+	live map[*Instance]struct{}
+
+	stop     chan struct{}
+	stopped  chan struct{}
+	closeMu  sync.Once
+	base     time.Time
+	compiles atomic.Int64
+}
+
+// New starts an engine and its budget watchdog. Close stops it.
+func New(ctx context.Context, cfg Config) (*Engine, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("vm config: %w", err)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	var cache wazero.CompilationCache
+	var err error
+	if cfg.CacheDir != "" {
+		cache, err = wazero.NewCompilationCacheWithDir(cfg.CacheDir)
+		if err != nil {
+			return nil, fmt.Errorf("compilation cache %s: %w", cfg.CacheDir, err)
+		}
+	} else {
+		cache = wazero.NewCompilationCache()
+	}
+	rc := wazero.NewRuntimeConfigCompiler().
+		WithCompilationCache(cache).
+		WithCloseOnContextDone(true).
+		WithMemoryLimitPages(cfg.MemoryLimitPages)
+	rt := wazero.NewRuntimeWithConfig(ctx, rc)
+	if _, err := wasi_snapshot_preview1.Instantiate(ctx, rt); err != nil {
+		rt.Close(ctx)
+		return nil, fmt.Errorf("wasi: %w", err)
+	}
+	e := &Engine{
+		cfg: cfg, rt: rt, cache: cache,
+		live:    map[*Instance]struct{}{},
+		stop:    make(chan struct{}),
+		stopped: make(chan struct{}),
+		base:    time.Now(),
+	}
+	if err := e.defineHostModule(ctx); err != nil {
+		rt.Close(ctx)
+		return nil, err
+	}
+	go e.watchdog()
+	return e, nil
+}
+
+// Config returns the engine's configuration.
+func (e *Engine) Config() Config { return e.cfg }
+
+// Close stops the watchdog and closes every instance and compiled module.
+func (e *Engine) Close(ctx context.Context) error {
+	e.closeMu.Do(func() { close(e.stop) })
+	<-e.stopped
+	err := e.rt.Close(ctx)
+	if cerr := e.cache.Close(ctx); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func (e *Engine) now() int64 { return int64(time.Since(e.base)) }
+
+// watchdog enforces the budget: one goroutine per engine scans running calls
+// instead of arming a timer per call, so a call pays two atomic stores.
+func (e *Engine) watchdog() {
+	defer close(e.stopped)
+	tick := e.cfg.Budget / 20
+	tick = min(max(tick, time.Millisecond), 100*time.Millisecond)
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	budget := int64(e.cfg.Budget)
+	for {
+		select {
+		case <-e.stop:
+			return
+		case <-t.C:
+		}
+		now := e.now()
+		e.mu.Lock()
+		for inst := range e.live {
+			if s := inst.start.Load(); s != 0 && now-s > budget {
+				inst.expired.Store(true)
+				inst.cancel()
+			}
+		}
+		e.mu.Unlock()
+	}
+}
+
+// Module is a compiled, validated program.
+type Module struct {
+	compiled wazero.CompiledModule
+	// Digest is the sha256 of the module bytes, hex.
+	Digest string
+	// Size is the module's size in bytes.
+	Size int
+	// Exports lists the abi exports the module has.
+	Exports []string
+	// Handlers is the abi.Handler* bit set of optional handlers present.
+	Handlers int32
+}
+
+// Has reports whether the module has the optional handler bit h.
+func (m *Module) Has(h int32) bool { return m.Handlers&h != 0 }
+
+// Close releases the compiled code.
+func (m *Module) Close(ctx context.Context) error { return m.compiled.Close(ctx) }
+
+// Digest returns the hex sha256 of b, the content address of a module.
+func Digest(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+// Compile compiles and validates a module: it must be wasm, within the size
+// limit, import only the host module and WASI, export host_abi_version
+// reporting abi.Version and call, and initialize within the budget.
+func (e *Engine) Compile(ctx context.Context, wasm []byte) (*Module, error) {
+	if len(wasm) > e.cfg.MaxModuleSize {
+		return nil, fmt.Errorf("%w: module is %d bytes, the limit is %d", ErrInvalidModule, len(wasm), e.cfg.MaxModuleSize)
+	}
+	if len(wasm) < 8 || string(wasm[:4]) != "\x00asm" {
+		return nil, fmt.Errorf("%w: not a WebAssembly module (no \\0asm header)", ErrInvalidModule)
+	}
+	e.compiles.Add(1)
+	cm, err := e.rt.CompileModule(ctx, wasm)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidModule, err)
+	}
+	m := &Module{compiled: cm, Digest: Digest(wasm), Size: len(wasm)}
+	if err := e.check(ctx, m); err != nil {
+		cm.Close(ctx)
+		return nil, err
+	}
+	return m, nil
+}
+
+// Compiles counts calls to Compile (compilation cache hits included).
+func (e *Engine) Compiles() int64 { return e.compiles.Load() }
+
+func (e *Engine) check(ctx context.Context, m *Module) error {
+	cm := m.compiled
+	for _, imp := range cm.ImportedFunctions() {
+		mod, name, _ := imp.Import()
+		switch mod {
+		case abi.ImportModule, wasi_snapshot_preview1.ModuleName:
+			if mod == abi.ImportModule && !knownImport[name] {
+				return fmt.Errorf("%w: imports unknown host function %s.%s", ErrInvalidModule, mod, name)
+			}
+		default:
+			return fmt.Errorf("%w: imports %s.%s; only %q and WASI are provided", ErrInvalidModule, mod, name, abi.ImportModule)
+		}
+	}
+	exports := cm.ExportedFunctions()
+	want := map[string][]api.ValueType{
+		abi.ExportVersion:  nil,
+		abi.ExportHandlers: nil,
+		abi.ExportCall:     {api.ValueTypeI32, api.ValueTypeI32},
+		abi.ExportFollow:   {api.ValueTypeI32},
+		abi.ExportReceive:  {api.ValueTypeI32},
+		abi.ExportEvent:    {api.ValueTypeI32},
+	}
+	for _, name := range []string{abi.ExportVersion, abi.ExportCall} {
+		if _, ok := exports[name]; !ok {
+			return fmt.Errorf("%w: missing export %q (build with the SDK, which provides it)", ErrInvalidModule, name)
+		}
+	}
+	for _, name := range []string{abi.ExportVersion, abi.ExportHandlers, abi.ExportCall, abi.ExportFollow, abi.ExportReceive, abi.ExportEvent} {
+		params := want[name]
+		def, ok := exports[name]
+		if !ok {
+			continue
+		}
+		if !sameTypes(def.ParamTypes(), params) || !sameTypes(def.ResultTypes(), []api.ValueType{api.ValueTypeI32}) {
+			return fmt.Errorf("%w: export %q has the wrong signature", ErrInvalidModule, name)
+		}
+		m.Exports = append(m.Exports, name)
+	}
+	// Instantiate once: runs _initialize under the budget and asks the module
+	// its ABI version and handlers.
+	inst, err := e.Instantiate(ctx, m)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidModule, err)
+	}
+	defer inst.Close(ctx)
+	v, err := inst.callRaw(nil, inst.version)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrInvalidModule, abi.ExportVersion, err)
+	}
+	if v != abi.Version {
+		return fmt.Errorf("%w: ABI version %d, this host speaks %d: rebuild with a matching SDK", ErrInvalidModule, v, abi.Version)
+	}
+	if f := inst.mod.ExportedFunction(abi.ExportHandlers); f != nil {
+		h, err := inst.callRaw(nil, f)
+		if err != nil {
+			return fmt.Errorf("%w: %s: %v", ErrInvalidModule, abi.ExportHandlers, err)
+		}
+		m.Handlers = h
+	} else {
+		for bit, name := range map[int32]string{abi.HandlerFollow: abi.ExportFollow, abi.HandlerReceive: abi.ExportReceive, abi.HandlerEvent: abi.ExportEvent} {
+			if _, ok := exports[name]; ok {
+				m.Handlers |= bit
+			}
+		}
+	}
+	for bit, name := range map[int32]string{abi.HandlerFollow: abi.ExportFollow, abi.HandlerReceive: abi.ExportReceive, abi.HandlerEvent: abi.ExportEvent} {
+		if _, ok := exports[name]; !ok {
+			m.Handlers &^= bit
+		}
+	}
+	return nil
+}
+
+func sameTypes(a, b []api.ValueType) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+type instKey struct{}
+
+// Instantiate makes a fresh instance of m and runs its _initialize.
+func (e *Engine) Instantiate(ctx context.Context, m *Module) (*Instance, error) {
+	inst := &Instance{e: e, out: &tail{max: 4096}}
+	// The instance's context lives as long as the instance; the watchdog
+	// cancels it when a call overruns, which closes the module.
+	ictx, cancel := context.WithCancel(context.WithValue(context.Background(), instKey{}, inst))
+	inst.ctx, inst.cancel = ictx, cancel
+	e.mu.Lock()
+	e.live[inst] = struct{}{}
+	e.mu.Unlock()
+
+	mc := wazero.NewModuleConfig().
+		WithName("").
+		WithStartFunctions("_initialize").
+		WithSysWalltime().
+		WithSysNanotime().
+		WithRandSource(rand.Reader).
+		WithStdout(inst.out).
+		WithStderr(inst.out)
+	inst.start.Store(e.now())
+	mod, err := e.rt.InstantiateModule(ictx, m.compiled, mc)
+	inst.start.Store(0)
+	if err != nil {
+		inst.release()
+		if inst.expired.Load() {
+			return nil, fmt.Errorf("initialize: %w", ErrBudget)
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, &TrapError{Message: "initialize: " + err.Error(), Output: inst.out.String()}
+	}
+	inst.mod = mod
+	inst.module = m
+	inst.version = mod.ExportedFunction(abi.ExportVersion)
+	inst.call = mod.ExportedFunction(abi.ExportCall)
+	if m.Has(abi.HandlerFollow) {
+		inst.follow = mod.ExportedFunction(abi.ExportFollow)
+	}
+	if m.Has(abi.HandlerReceive) {
+		inst.receive = mod.ExportedFunction(abi.ExportReceive)
+	}
+	if m.Has(abi.HandlerEvent) {
+		inst.event = mod.ExportedFunction(abi.ExportEvent)
+	}
+	return inst, nil
+}

@@ -1,0 +1,188 @@
+package vm_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/durable-host/host/abi"
+	"github.com/durable-host/host/vm"
+	"github.com/durable-host/host/vm/vmtest"
+)
+
+// memHost is a Host over a map, for testing the VM alone.
+type memHost struct {
+	state     map[string][]byte
+	published []string
+}
+
+func newMemHost() *memHost { return &memHost{state: map[string][]byte{}} }
+
+func (h *memHost) Get(_ context.Context, k []byte) ([]byte, bool, error) {
+	v, ok := h.state[string(k)]
+	return v, ok, nil
+}
+func (h *memHost) Put(_ context.Context, k, v []byte) error {
+	h.state[string(k)] = append([]byte(nil), v...)
+	return nil
+}
+func (h *memHost) Delete(_ context.Context, k []byte) error { delete(h.state, string(k)); return nil }
+func (h *memHost) Scan(_ context.Context, p []byte, limit int) ([]abi.Pair, error) {
+	var out []abi.Pair
+	for k, v := range h.state {
+		if strings.HasPrefix(k, string(p)) {
+			out = append(out, abi.Pair{Key: []byte(k), Value: v})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return bytes.Compare(out[i].Key, out[j].Key) < 0 })
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+func (h *memHost) Publish(_ context.Context, t string, p []byte) error {
+	h.published = append(h.published, t+":"+string(p))
+	return nil
+}
+func (h *memHost) Follow(context.Context, abi.FollowRequest) error   { return nil }
+func (h *memHost) Unfollow(context.Context, abi.FollowRequest) error { return nil }
+func (h *memHost) Self() string                                      { return "test/1" }
+func (h *memHost) Log(int32, string)                                 {}
+
+func newEngine(t testing.TB, budget time.Duration, pages uint32) *vm.Engine {
+	t.Helper()
+	cfg := vm.DefaultConfig()
+	cfg.CacheDir = vmtest.CacheDir()
+	if budget > 0 {
+		cfg.Budget = budget
+	}
+	if pages > 0 {
+		cfg.MemoryLimitPages = pages
+	}
+	e, err := vm.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close(context.Background()) })
+	return e
+}
+
+func instance(t testing.TB, e *vm.Engine, name string) *vm.Instance {
+	t.Helper()
+	m, err := e.Compile(context.Background(), vmtest.Wasm(t, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst, err := e.Instantiate(context.Background(), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { inst.Close(context.Background()) })
+	return inst
+}
+
+func TestCounterCalls(t *testing.T) {
+	e := newEngine(t, 0, 0)
+	inst := instance(t, e, "counter")
+	h := newMemHost()
+	for want := 1; want <= 3; want++ {
+		out, err := inst.Call(h, "inc", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(out) != string(rune('0'+want)) {
+			t.Fatalf("inc = %q, want %d", out, want)
+		}
+	}
+	out, err := inst.Call(h, "add", []byte(`{"amount": 39}`))
+	if err != nil || string(out) != "42" {
+		t.Fatalf("add = %q, %v", out, err)
+	}
+	if len(h.published) != 4 || h.published[3] != `changes:{"value":42}` {
+		t.Fatalf("published %q", h.published)
+	}
+	_, err = inst.Call(h, "add", []byte(`{"amount": "x"}`))
+	var ge *vm.GuestError
+	if !errors.As(err, &ge) || !strings.Contains(ge.Message, "bad request") {
+		t.Fatalf("bad payload: %v", err)
+	}
+	if _, err := inst.Call(h, "nope", nil); !errors.Is(err, vm.ErrMethodNotFound) {
+		t.Fatalf("unknown method: %v", err)
+	}
+	if inst.Broken() {
+		t.Fatal("error replies must not break the instance")
+	}
+	if inst.Module().Has(abi.HandlerEvent) || inst.Module().Has(abi.HandlerReceive) {
+		t.Fatal("counter registers no event or receive handler")
+	}
+}
+
+func TestHostileGuests(t *testing.T) {
+	e := newEngine(t, 3*time.Second, 512)
+	cases := []struct {
+		method string
+		check  func(error) bool
+		broken bool
+	}{
+		{"loop", func(err error) bool { return errors.Is(err, vm.ErrBudget) }, true},
+		{"bomb", func(err error) bool { var te *vm.TrapError; return errors.As(err, &te) }, true},
+		{"trap", func(err error) bool { var te *vm.TrapError; return errors.As(err, &te) }, true},
+		{"oob", func(err error) bool {
+			var te *vm.TrapError
+			return errors.As(err, &te) && strings.Contains(te.Message, "outside guest memory")
+		}, true},
+		{"oob_len", func(err error) bool { var te *vm.TrapError; return errors.As(err, &te) }, true},
+		{"big_reply", func(err error) bool { var te *vm.TrapError; return errors.As(err, &te) }, true},
+		{"panic", func(err error) bool {
+			var ge *vm.GuestError
+			return errors.As(err, &ge) && strings.Contains(ge.Message, "on purpose")
+		}, false},
+	}
+	for _, c := range cases {
+		t.Run(c.method, func(t *testing.T) {
+			inst := instance(t, e, "hostile")
+			start := time.Now()
+			_, err := inst.Call(newMemHost(), c.method, nil)
+			if !c.check(err) {
+				t.Fatalf("%s: unexpected error %T %v", c.method, err, err)
+			}
+			if inst.Broken() != c.broken {
+				t.Fatalf("%s: broken = %v", c.method, inst.Broken())
+			}
+			if time.Since(start) > 5*time.Second {
+				t.Fatalf("%s took %v", c.method, time.Since(start))
+			}
+			// A fresh instance works.
+			inst2 := instance(t, e, "hostile")
+			if out, err := inst2.Call(newMemHost(), "ok", nil); err != nil || string(out) != "ok" {
+				t.Fatalf("fresh instance: %q %v", out, err)
+			}
+		})
+	}
+}
+
+func TestCompileRejects(t *testing.T) {
+	e := newEngine(t, 0, 0)
+	counter := vmtest.Wasm(t, "counter")
+	cases := map[string][]byte{
+		"not wasm":       []byte("hello world, not a module"),
+		"truncated":      counter[:len(counter)/2],
+		"missing call":   vmtest.MinimalModule(abi.Version, false),
+		"wrong version":  vmtest.MinimalModule(abi.Version+1, true),
+		"empty":          nil,
+	}
+	for name, b := range cases {
+		if _, err := e.Compile(context.Background(), b); !errors.Is(err, vm.ErrInvalidModule) {
+			t.Errorf("%s: %v", name, err)
+		} else {
+			t.Logf("%s: %v", name, err)
+		}
+	}
+	if _, err := e.Compile(context.Background(), vmtest.MinimalModule(abi.Version, true)); err != nil {
+		t.Fatalf("minimal valid module: %v", err)
+	}
+}
