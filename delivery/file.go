@@ -271,3 +271,37 @@ func (t *Tx) SetCursor(publisher, topic string, seq uint64) error {
 	_, err := t.f.cursorPut.ExecContext(bg, publisher, topic, int64(seq))
 	return err
 }
+
+// ReadRange materializes a ranged delivery from a copy of the publisher's
+// file at path, opened read-only: the events of topic ("" for all) matching
+// filter with seq in r. It fails with ErrNoLog when the copy does not reach
+// r.Through (a stale replica).
+func ReadRange(ctx context.Context, path string, r Range, topic, filter string) ([]abi.Event, error) {
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNoLog, err)
+	}
+	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro&_pragma=busy_timeout(10000)")
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	var head int64
+	if err := db.QueryRowContext(ctx, `SELECT COALESCE(MAX(seq), 0) FROM log`).Scan(&head); err != nil {
+		return nil, fmt.Errorf("read range from %s: %w", path, err)
+	}
+	if uint64(head) < r.Through {
+		return nil, fmt.Errorf("%w: copy ends at %d, range ends at %d", ErrNoLog, head, r.Through)
+	}
+	f := MustFilter(filter)
+	evs, err := readEvents(db, r.After, r.Through, topic, int(r.Through-r.After)+1, 1<<62)
+	if err != nil {
+		return nil, err
+	}
+	out := evs[:0]
+	for _, e := range evs {
+		if f.Match(e.Payload) {
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}

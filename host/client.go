@@ -90,3 +90,12 @@ func (c *Client) Get(ctx context.Context, path string, v any) error {
 	}
 	return json.Unmarshal(out, v)
 }
+
+// Delete sends DELETE to path and decodes the JSON reply into v.
+func (c *Client) Delete(ctx context.Context, path string, v any) error {
+	out, _, err := c.do(ctx, http.MethodDelete, path, nil)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(out, v)
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 
 	"github.com/durable-host/host/vm"
 )
@@ -19,6 +20,9 @@ func (n *Node) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/programs", n.handleListPrograms)
 	mux.HandleFunc("GET /v1/programs/{name}", n.handleGetProgram)
 	mux.HandleFunc("POST /v1/objects/{program}/{id}/{method}", n.handleCall)
+	mux.HandleFunc("GET /v1/objects/{program}/{id}/connect", n.handleConnect)
+	mux.HandleFunc("GET /v1/objects/{program}/{id}/edges", n.handleEdges)
+	mux.HandleFunc("DELETE /v1/objects/{program}/{id}/edges/{edge}", n.handleDeleteEdge)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Errorf("no route %s %s; see the README for the API", r.Method, clip(r.URL.Path)))
 	})
@@ -59,7 +63,7 @@ func statusOf(err error) int {
 		return http.StatusGatewayTimeout
 	case errors.As(err, &te):
 		return http.StatusInternalServerError
-	case errors.Is(err, ErrShuttingDown):
+	case errors.Is(err, ErrShuttingDown), errors.Is(err, ErrUnavailable):
 		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError
@@ -163,4 +167,33 @@ func (n *Node) handleCall(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/octet-stream")
 	}
 	w.Write(reply)
+}
+
+func (n *Node) handleEdges(w http.ResponseWriter, r *http.Request) {
+	id := ObjectID{r.PathValue("program"), r.PathValue("id")}
+	edges, err := n.Edges(r.Context(), id)
+	if err != nil {
+		n.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": id.String(), "edges": edges})
+}
+
+func (n *Node) handleDeleteEdge(w http.ResponseWriter, r *http.Request) {
+	id := ObjectID{r.PathValue("program"), r.PathValue("id")}
+	edge, err := strconv.ParseInt(r.PathValue("edge"), 10, 64)
+	if err != nil {
+		n.fail(w, fmt.Errorf("%w: edge must be a number", ErrBadRequest))
+		return
+	}
+	ok, err := n.RemoveEdge(r.Context(), id, edge)
+	if err != nil {
+		n.fail(w, err)
+		return
+	}
+	if !ok {
+		n.fail(w, fmt.Errorf("%w: %s has no edge %d", ErrUnknownObject, id, edge))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": id.String(), "removed": edge})
 }

@@ -1,42 +1,112 @@
 package host
 
 import (
+	"log/slog"
 	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/durable-host/host/delivery"
 )
 
 // metrics are the node's Prometheus metrics, on their own registry so tests
 // can run several nodes in one process.
 type metrics struct {
-	reg      *prometheus.Registry
-	calls    *prometheus.CounterVec
-	callSecs prometheus.Histogram
+	reg               *prometheus.Registry
+	callsOK, callsErr prometheus.Counter
+	callSecs          prometheus.Histogram
+
+	deliveries   *prometheus.CounterVec // kind, path
+	deliveredEvs *prometheus.CounterVec // kind, path
+	pruned       *prometheus.CounterVec // reason
+	retries      prometheus.Counter
+	dropped      prometheus.Counter
+	received     prometheus.Counter
+	materialized prometheus.Counter
+	followHooks  prometheus.Counter
+	eventCalls   prometheus.Counter
+	envelopes    prometheus.Counter
+	frames       prometheus.Counter
+	conns        prometheus.Gauge
+
+	log *slog.Logger
 }
 
+var _ delivery.Observer = (*metrics)(nil)
+
 func newMetrics() *metrics {
-	m := &metrics{reg: prometheus.NewRegistry()}
-	m.calls = prometheus.NewCounterVec(prometheus.CounterOpts{
+	m := &metrics{reg: prometheus.NewRegistry(), log: slog.Default()}
+	calls := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "host_calls_total", Help: "Method calls by result (ok or error).",
 	}, []string{"result"})
+	m.callsOK, m.callsErr = calls.WithLabelValues("ok"), calls.WithLabelValues("error")
 	m.callSecs = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "host_call_seconds", Help: "Method call latency, handler and transaction.",
 		Buckets: prometheus.ExponentialBuckets(10e-6, 4, 10),
 	})
-	m.reg.MustRegister(m.calls, m.callSecs,
+	m.deliveries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "host_delivery_calls_total", Help: "Deliveries sent by the pump: kind (connection_batch or object) and path (local or remote). A connection batch is one call per node.",
+	}, []string{"kind", "path"})
+	m.deliveredEvs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "host_delivery_events_total", Help: "Events carried by deliveries (once per batch, not per socket).",
+	}, []string{"kind", "path"})
+	m.pruned = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "host_edges_pruned_total", Help: "Connection edges pruned, by reason.",
+	}, []string{"reason"})
+	m.retries = prometheus.NewCounter(prometheus.CounterOpts{Name: "host_delivery_retries_total", Help: "Failed durable deliveries scheduled for retry."})
+	m.dropped = prometheus.NewCounter(prometheus.CounterOpts{Name: "host_edges_dropped_total", Help: "Object edges dropped after the last failed attempt."})
+	m.received = prometheus.NewCounter(prometheus.CounterOpts{Name: "host_receive_commits_total", Help: "Receive handlers committed on followers."})
+	m.materialized = prometheus.NewCounter(prometheus.CounterOpts{Name: "host_ranges_materialized_total", Help: "Ranged deliveries read through the read path."})
+	m.followHooks = prometheus.NewCounter(prometheus.CounterOpts{Name: "host_follow_hooks_total", Help: "Follow hook runs (edge creations asked)."})
+	m.eventCalls = prometheus.NewCounter(prometheus.CounterOpts{Name: "host_event_handler_calls_total", Help: "Connection events shaped by a program's event export (VM runs)."})
+	m.envelopes = prometheus.NewCounter(prometheus.CounterOpts{Name: "host_forward_envelopes_total", Help: "Connection events written as the forward envelope (no VM)."})
+	m.frames = prometheus.NewCounter(prometheus.CounterOpts{Name: "host_socket_frames_total", Help: "Frames written to WebSockets."})
+	m.conns = prometheus.NewGauge(prometheus.GaugeOpts{Name: "host_connections", Help: "Open WebSocket connections."})
+	m.reg.MustRegister(calls, m.callSecs, m.deliveries, m.deliveredEvs, m.pruned, m.retries, m.dropped,
+		m.received, m.materialized, m.followHooks, m.eventCalls, m.envelopes, m.frames, m.conns,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }
 
 func (m *metrics) observeCall(_ string, d time.Duration, err error) {
 	if err != nil {
-		m.calls.WithLabelValues("error").Inc()
+		m.callsErr.Inc()
 	} else {
-		m.calls.WithLabelValues("ok").Inc()
+		m.callsOK.Inc()
 	}
 	m.callSecs.Observe(d.Seconds())
+}
+
+func path(local bool) string {
+	if local {
+		return "local"
+	}
+	return "remote"
+}
+
+func (m *metrics) ConnBatchSent(_ string, local bool, events, _ int) {
+	m.deliveries.WithLabelValues("connection_batch", path(local)).Inc()
+	m.deliveredEvs.WithLabelValues("connection_batch", path(local)).Add(float64(events))
+}
+
+func (m *metrics) ObjectDeliverySent(_ string, local bool, events int, _ bool) {
+	m.deliveries.WithLabelValues("object", path(local)).Inc()
+	m.deliveredEvs.WithLabelValues("object", path(local)).Add(float64(events))
+}
+
+func (m *metrics) Pruned(reason string, edges int) {
+	m.pruned.WithLabelValues(reason).Add(float64(edges))
+}
+
+func (m *metrics) Retried() { m.retries.Inc() }
+
+func (m *metrics) Dropped(publisher string, e delivery.Edge, lastErr string) {
+	m.dropped.Inc()
+	m.log.Warn("edge dropped after its last failed attempt",
+		slog.String("publisher", publisher), slog.String("follower", e.Follower),
+		slog.String("topic", e.Topic), slog.Int("attempts", e.Attempts+1), slog.String("last_error", lastErr))
 }
 
 func (m *metrics) handler() http.Handler {

@@ -43,6 +43,8 @@ type Config struct {
 	IdleTimeout time.Duration
 	// MaxPayload bounds a method call's request body.
 	MaxPayload int
+	// Delivery configures the pump: inbox size, inline limit, retries.
+	Delivery delivery.Config
 	// NATS configures the embedded server or an external cluster.
 	NATS NATSConfig
 	// Logger is the node's logger.
@@ -68,6 +70,7 @@ func DefaultConfig() Config {
 		MaxActiveObjects: DefaultMaxActiveObjects,
 		IdleTimeout:      DefaultIdleTimeout,
 		MaxPayload:       DefaultMaxPayload,
+		Delivery:         delivery.DefaultConfig(),
 		Logger:           slog.Default(),
 	}
 }
@@ -93,6 +96,9 @@ func (c Config) Validate() error {
 	if err := c.VM.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := c.Delivery.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -103,6 +109,7 @@ var (
 	ErrUnknownObject  = errors.New("unknown object")
 	ErrShuttingDown   = errors.New("node is shutting down")
 	ErrTooLarge       = errors.New("too large")
+	ErrUnavailable    = errors.New("unavailable")
 )
 
 // Node is one `host serve` process.
@@ -116,6 +123,14 @@ type Node struct {
 	objects  *objects
 	nats     *natsConn
 	metrics  *metrics
+	dcfg     delivery.Config
+	pump     *delivery.Pump
+	conns    *conns
+	// pumps counts running pump goroutines, waited for at shutdown;
+	// pumpMu guards adding to it against stopping.
+	pumps    sync.WaitGroup
+	pumpMu   sync.Mutex
+	stopping bool
 
 	httpSrv *http.Server
 	ln      net.Listener
@@ -144,6 +159,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	n := &Node{cfg: cfg, id: newNodeID(), stop: make(chan struct{})}
 	n.log = cfg.Logger.With(slog.String("node", n.id))
 	n.metrics = newMetrics()
+	n.metrics.log = n.log
 	var err error
 	defer func() {
 		if err != nil {
@@ -161,6 +177,12 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("programs: %w", err)
 	}
 	n.objects = newObjects(n)
+	n.conns = newConns()
+	n.dcfg = cfg.Delivery
+	n.pump = delivery.NewPump(cfg.Delivery, transport{n}, membership{n}, n.metrics, n.log)
+	if _, err = n.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS publishers (object TEXT PRIMARY KEY)`); err != nil {
+		return nil, err
+	}
 	if n.nats, err = startNATS(cfg.NATS, filepath.Join(cfg.DataDir, "nats"), n.log); err != nil {
 		return nil, fmt.Errorf("nats: %w", err)
 	}
@@ -196,6 +218,9 @@ func (n *Node) Start() error {
 		defer n.wg.Done()
 		n.reaper()
 	}()
+	if err := n.resumePublishers(context.Background()); err != nil {
+		n.log.Warn("resume deliveries", slog.Any("err", err))
+	}
 	n.log.Info("node started", slog.String("http", "http://"+ln.Addr().String()), slog.String("data", n.cfg.DataDir))
 	return nil
 }
@@ -231,7 +256,12 @@ func (n *Node) Shutdown(ctx context.Context) error {
 			err = n.httpSrv.Shutdown(ctx)
 		}
 		close(n.stop)
+		n.conns.closeAll()
 		n.wg.Wait()
+		n.pumpMu.Lock()
+		n.stopping = true
+		n.pumpMu.Unlock()
+		n.pumps.Wait()
 		n.closeParts(ctx)
 		n.log.Info("node stopped")
 	})

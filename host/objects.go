@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -59,6 +60,8 @@ type object struct {
 	closed  bool
 	calls   int64
 	lastErr error
+
+	pump pumpState
 
 	// Guarded by objects.mu.
 	refs     int
@@ -211,10 +214,25 @@ func (o *object) dropInstance() {
 	}
 }
 
-// ready opens the file and makes the instance if needed. Called locked.
-func (o *object) ready(ctx context.Context) error {
+// readyFile opens the object's file if needed. Called locked.
+func (o *object) readyFile(ctx context.Context) error {
 	if o.closed {
 		return errDeactivated
+	}
+	if o.file == nil {
+		f, err := delivery.OpenFile(ctx, o.node.objectPath(o.id), o.node.cfg.Sync)
+		if err != nil {
+			return err
+		}
+		o.file = f
+	}
+	return nil
+}
+
+// ready opens the file and makes the instance if needed. Called locked.
+func (o *object) ready(ctx context.Context) error {
+	if err := o.readyFile(ctx); err != nil {
+		return err
 	}
 	n := o.node
 	if o.module == nil {
@@ -227,13 +245,6 @@ func (o *object) ready(ctx context.Context) error {
 			return err
 		}
 		o.prog, o.module = pr, m
-	}
-	if o.file == nil {
-		f, err := delivery.OpenFile(ctx, n.objectPath(o.id), n.cfg.Sync)
-		if err != nil {
-			return err
-		}
-		o.file = f
 	}
 	if o.inst == nil {
 		inst, err := n.engine.Instantiate(ctx, o.module)
@@ -272,7 +283,16 @@ func (o *object) call(ctx context.Context, method string, payload []byte) ([]byt
 		return nil, err
 	}
 	o.calls++
+	if tx.Published() > 0 {
+		o.node.kick(o.id)
+	}
 	return reply, nil
+}
+
+// objectExists reports whether the object has a file on this node.
+func (n *Node) objectExists(id ObjectID) bool {
+	_, err := os.Stat(n.objectPath(id))
+	return err == nil
 }
 
 func (n *Node) objectPath(id ObjectID) string {
@@ -318,12 +338,42 @@ func (h *objectHost) Publish(_ context.Context, topic string, payload []byte) er
 	return h.fail(err)
 }
 
+// Follow makes this object a durable follower. The publisher's hook runs
+// now, while this handler waits (bounded by followLockWait for the
+// publisher's lock). The edge is committed by the publisher even if this
+// handler later fails: the follower then receives events it did not expect,
+// which at-least-once delivery allows.
 func (h *objectHost) Follow(ctx context.Context, req abi.FollowRequest) error {
-	return fmt.Errorf("%w: following arrives with event delivery", vm.ErrBadRequest)
+	pub, err := ParseObjectID(req.Publisher)
+	if err != nil {
+		return fmt.Errorf("%w: %v", vm.ErrBadRequest, err)
+	}
+	req.Kind = abi.FollowerObject
+	req.Follower = h.o.id.String()
+	req.Tenant = ""
+	_, err = h.o.node.Follow(ctx, pub, req)
+	return guestFollowErr(err)
 }
 
 func (h *objectHost) Unfollow(ctx context.Context, req abi.FollowRequest) error {
-	return fmt.Errorf("%w: following arrives with event delivery", vm.ErrBadRequest)
+	pub, err := ParseObjectID(req.Publisher)
+	if err != nil {
+		return fmt.Errorf("%w: %v", vm.ErrBadRequest, err)
+	}
+	_, err = h.o.node.Unfollow(ctx, pub, abi.FollowerObject, h.o.id.String(), req.Topic)
+	return guestFollowErr(err)
+}
+
+// guestFollowErr turns follow failures into statuses the guest sees.
+func guestFollowErr(err error) error {
+	var re *vm.RefusedError
+	switch {
+	case err == nil, errors.As(err, &re):
+		return err
+	case errors.Is(err, ErrBadRequest), errors.Is(err, ErrUnknownProgram), errors.Is(err, ErrUnknownObject):
+		return fmt.Errorf("%w: %v", vm.ErrBadRequest, err)
+	}
+	return fmt.Errorf("%w: %v", vm.ErrUnavailable, err)
 }
 
 func (h *objectHost) Self() string { return h.o.id.String() }

@@ -139,6 +139,9 @@ func hostErr(i *Instance, err error) uint64 {
 	case errors.Is(err, ErrBadRequest):
 		i.result = []byte(err.Error())
 		return status(abi.StatusBadRequest)
+	case errors.Is(err, ErrUnavailable):
+		i.result = []byte(err.Error())
+		return status(abi.StatusUnavailable)
 	}
 	// Storage failures are not the guest's to handle: fail the call.
 	panic(err)
@@ -147,8 +150,9 @@ func hostErr(i *Instance, err error) uint64 {
 // Errors a Host returns to make a host function answer with a status
 // rather than fail the call.
 var (
-	ErrTooLarge   = errors.New("too large")
-	ErrBadRequest = errors.New("bad request")
+	ErrTooLarge    = errors.New("too large")
+	ErrBadRequest  = errors.New("bad request")
+	ErrUnavailable = errors.New("unavailable")
 )
 
 func hStateGet(i *Instance, m api.Module, s []uint64) {

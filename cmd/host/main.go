@@ -200,6 +200,82 @@ Example: host call counter/c1 add '{"amount": 5}'`,
 				},
 			},
 			{
+				Name:      "watch",
+				Usage:     "follow an object's topic over a WebSocket connection and print each event, one JSON line each",
+				ArgsUsage: "PROGRAM/ID",
+				Description: `Opens a connection (GET /v1/objects/PROGRAM/ID/connect), asks to follow
+the object's topic (its follow hook decides) and prints every frame: the
+forward envelope {"type":"event","publisher","topic","seq","time","payload"}
+unless the connection's program shapes events with an event export.
+Delivery to connections is at-most-once: a watcher that falls 256 events
+behind is dropped and told so.
+Example: host watch chat/room1 --topic messages`,
+				Flags: []cli.Flag{
+					&cli.StringFlag{Name: "topic", Usage: "`TOPIC` to follow (default: every topic)"},
+					&cli.StringFlag{Name: "filter", Usage: "only events whose JSON payload matches `FIELD=VALUE[&...]`"},
+					&cli.StringFlag{Name: "params", Usage: "what to present to the publisher's follow hook (a room key ...)"},
+					&cli.StringFlag{Name: "via", Usage: "attach the connection to `PROGRAM/ID` whose event export shapes the frames"},
+					&cli.IntFlag{Name: "count", Usage: "exit after `N` frames (0: run until interrupted)"},
+					serverFlag(), tokenFlag(),
+				},
+				Action: func(c *cli.Context) error {
+					if c.NArg() != 1 {
+						return errors.New("usage: host watch PROGRAM/ID [--topic T]")
+					}
+					ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+					defer stop()
+					left := c.Int("count")
+					return client(c).Watch(ctx, c.Args().First(), host.WatchOptions{
+						Topic: c.String("topic"), Filter: c.String("filter"), Params: c.String("params"), Via: c.String("via"),
+					}, func(frame []byte) bool {
+						stdout.Write(frame)
+						fmt.Fprintln(stdout)
+						left--
+						return left != 0
+					})
+				},
+			},
+			{
+				Name:      "edges",
+				Usage:     "list an object's edges: its approved followers, their nodes, topics and cursors",
+				ArgsUsage: "PROGRAM/ID",
+				Flags:     []cli.Flag{serverFlag(), tokenFlag()},
+				Action: func(c *cli.Context) error {
+					if c.NArg() != 1 {
+						return errors.New("usage: host edges PROGRAM/ID")
+					}
+					id, err := host.ParseObjectID(c.Args().First())
+					if err != nil {
+						return err
+					}
+					var v json.RawMessage
+					if err := client(c).Get(c.Context, "/v1/objects/"+id.Program+"/"+id.ID+"/edges", &v); err != nil {
+						return err
+					}
+					return printJSON(stdout, v)
+				},
+			},
+			{
+				Name:      "unfollow",
+				Usage:     "remove one of an object's edges by id (see host edges)",
+				ArgsUsage: "PROGRAM/ID EDGE",
+				Flags:     []cli.Flag{serverFlag(), tokenFlag()},
+				Action: func(c *cli.Context) error {
+					if c.NArg() != 2 {
+						return errors.New("usage: host unfollow PROGRAM/ID EDGE")
+					}
+					id, err := host.ParseObjectID(c.Args().First())
+					if err != nil {
+						return err
+					}
+					var v json.RawMessage
+					if err := client(c).Delete(c.Context, "/v1/objects/"+id.Program+"/"+id.ID+"/edges/"+c.Args().Get(1), &v); err != nil {
+						return err
+					}
+					return printJSON(stdout, v)
+				},
+			},
+			{
 				Name:      "programs",
 				Usage:     "list programs (the latest version of each), or every version of one",
 				ArgsUsage: "[NAME]",

@@ -5,7 +5,10 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
+	"strings"
 	"unsafe"
 
 	sdk "github.com/durable-host/host/sdk/go"
@@ -72,6 +75,72 @@ func init() {
 	// big_reply replies with more than the host accepts.
 	sdk.Method("big_reply", func([]byte) ([]byte, error) {
 		return make([]byte, 8<<20), nil
+	})
+	// Delivery test hooks.
+	sdk.OnFollow(func(r sdk.FollowRequest) error {
+		sdk.PutInt("hook_runs", sdk.GetInt("hook_runs")+1)
+		if string(r.Params) == "deny" {
+			return sdk.Refuse("denied on purpose")
+		}
+		return nil
+	})
+	sdk.Method("hook_runs", func([]byte) ([]byte, error) { return sdk.Itoa(sdk.GetInt("hook_runs")), nil })
+	// publish publishes the payload on topic "t" (or the topic given as
+	// {"topic": ..., "payload": ..., "size": N} JSON when it parses).
+	sdk.Method("publish", func(p []byte) ([]byte, error) {
+		var in struct {
+			Topic   string          `json:"topic"`
+			Payload json.RawMessage `json:"payload"`
+			Size    int             `json:"size"`
+		}
+		topic, body := "t", p
+		if json.Unmarshal(p, &in) == nil && in.Topic != "" {
+			topic, body = in.Topic, in.Payload
+			if in.Size > 0 {
+				body = []byte(`"` + strings.Repeat("x", in.Size) + `"`)
+			}
+		}
+		return nil, sdk.Publish(topic, body)
+	})
+	sdk.JSONMethod("follow", func(in struct {
+		Publisher string `json:"publisher"`
+		Topic     string `json:"topic"`
+		Filter    string `json:"filter"`
+		Params    string `json:"params"`
+	}) (bool, error) {
+		return true, sdk.Follow(in.Publisher, in.Topic, sdk.FollowOptions{Filter: in.Filter, Params: []byte(in.Params)})
+	})
+	// receive fails on "fail", loops on "loop", else records the event.
+	sdk.OnReceive(func(e sdk.Event) error {
+		switch string(e.Payload) {
+		case `"fail"`:
+			return errors.New("receive failed on purpose")
+		case `"loop"`:
+			for i := 0; ; i++ {
+				if i < 0 {
+					return nil
+				}
+			}
+		}
+		n := sdk.GetInt("received") + 1
+		sdk.PutInt("received", n)
+		sdk.Put(fmt.Sprintf("got/%06d", n), []byte(fmt.Sprintf("%s %s %d %s", e.Publisher, e.Topic, e.Seq, e.Payload)))
+		return nil
+	})
+	sdk.Method("received", func([]byte) ([]byte, error) {
+		var out []string
+		for _, kv := range sdk.Scan("got/", 100000) {
+			out = append(out, string(kv.Value))
+		}
+		return json.Marshal(out)
+	})
+	// event shapes connection frames: "EVENT:" + payload, or nothing when
+	// the payload mentions skip.
+	sdk.OnEvent(func(e sdk.Event) ([]byte, error) {
+		if strings.Contains(string(e.Payload), "skip") {
+			return nil, sdk.ErrSkip
+		}
+		return append([]byte("EVENT:"), e.Payload...), nil
 	})
 	sdk.Method("get", func([]byte) ([]byte, error) {
 		v, _ := sdk.Get("touched")

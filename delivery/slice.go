@@ -1,0 +1,136 @@
+package delivery
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/durable-host/host/abi"
+)
+
+// Item is one event as it sits in connection inboxes on one node: shared by
+// every inbox it lands in, with the forward envelope encoded once.
+type Item struct {
+	Event abi.Event
+	// Envelope is the forward envelope: the frame written to a socket whose
+	// program has no event export.
+	Envelope []byte
+}
+
+// NewItem wraps an event and encodes its forward envelope.
+func NewItem(e abi.Event) *Item {
+	return &Item{Event: e, Envelope: AppendEnvelope(nil, &e)}
+}
+
+// AppendEnvelope appends the forward envelope of e, a JSON text frame:
+//
+//	{"type":"event","publisher":"chat/room1","topic":"messages","seq":7,
+//	 "time":1700000000000000000,"payload":{...}}
+//
+// The payload is embedded as JSON when it is JSON, else as a string when it
+// is UTF-8 text, else base64 under "payload_base64".
+func AppendEnvelope(dst []byte, e *abi.Event) []byte {
+	dst = append(dst, `{"type":"event","publisher":`...)
+	dst = appendJSONString(dst, e.Publisher)
+	dst = append(dst, `,"topic":`...)
+	dst = appendJSONString(dst, e.Topic)
+	dst = append(dst, `,"seq":`...)
+	dst = strconv.AppendUint(dst, e.Seq, 10)
+	dst = append(dst, `,"time":`...)
+	dst = strconv.AppendInt(dst, e.Time, 10)
+	switch {
+	case len(e.Payload) > 0 && json.Valid(e.Payload):
+		dst = append(dst, `,"payload":`...)
+		dst = append(dst, e.Payload...)
+	case utf8.Valid(e.Payload):
+		dst = append(dst, `,"payload":`...)
+		dst = appendJSONString(dst, string(e.Payload))
+	default:
+		dst = append(dst, `,"payload_base64":"`...)
+		dst = base64.StdEncoding.AppendEncode(dst, e.Payload)
+		dst = append(dst, '"')
+	}
+	return append(dst, '}')
+}
+
+func appendJSONString(dst []byte, s string) []byte {
+	b, _ := json.Marshal(s)
+	return append(dst, b...)
+}
+
+// Inbox is a connection's bounded queue on the node holding its socket.
+type Inbox interface {
+	// Offer enqueues without blocking; false means the inbox is full.
+	Offer(*Item) bool
+}
+
+// Slice is the receiving node's half of a connection batch: it walks the
+// events once, in publish order, and offers each to the inbox of every edge
+// whose topic, cursor and filter admit it. A connection whose inbox is full
+// is refused (and gets nothing more from this batch); a connection the node
+// does not have is gone.
+func Slice(b *ConnBatch, lookup func(conn string) (Inbox, bool)) ConnResult {
+	var res ConnResult
+	// Edges with the same filter share its verdict on each event.
+	type verdict struct {
+		f     Filter
+		event int
+		ok    bool
+	}
+	type target struct {
+		ConnEdge
+		inbox  Inbox
+		filter *verdict
+		dead   *bool
+	}
+	verdicts := map[string]*verdict{}
+	byTopic := map[string][]*target{}
+	dead := map[string]*bool{}
+	for _, e := range b.Edges {
+		d := dead[e.Conn]
+		if d == nil {
+			d = new(bool)
+			dead[e.Conn] = d
+			if _, ok := lookup(e.Conn); !ok {
+				*d = true
+				res.Gone = append(res.Gone, e.Conn)
+			}
+		}
+		if *d {
+			continue
+		}
+		in, _ := lookup(e.Conn)
+		v := verdicts[e.Filter]
+		if v == nil {
+			v = &verdict{f: MustFilter(e.Filter), event: -1}
+			verdicts[e.Filter] = v
+		}
+		byTopic[e.Topic] = append(byTopic[e.Topic], &target{ConnEdge: e, inbox: in, filter: v, dead: d})
+	}
+	for i := range b.Events {
+		ev := &b.Events[i]
+		var item *Item
+		for _, ts := range [2][]*target{byTopic[ev.Topic], byTopic[""]} {
+			for _, t := range ts {
+				if *t.dead || ev.Seq <= t.Cursor {
+					continue
+				}
+				if v := t.filter; v.event != i {
+					v.event, v.ok = i, v.f.Match(ev.Payload)
+				}
+				if !t.filter.ok {
+					continue
+				}
+				if item == nil {
+					item = NewItem(*ev)
+				}
+				if !t.inbox.Offer(item) {
+					*t.dead = true
+					res.Refused = append(res.Refused, t.Conn)
+				}
+			}
+		}
+	}
+	return res
+}

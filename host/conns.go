@@ -1,0 +1,319 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"unicode/utf8"
+
+	"github.com/coder/websocket"
+
+	"github.com/durable-host/host/abi"
+	"github.com/durable-host/host/delivery"
+	"github.com/durable-host/host/vm"
+)
+
+// maxClientFrame bounds a frame a WebSocket client may send.
+const maxClientFrame = 64 << 10
+
+// conns is the registry of this node's WebSocket connections.
+type conns struct {
+	// mu guards m and closed.
+	mu     sync.RWMutex
+	m      map[string]*conn
+	closed bool
+	seq    atomic.Uint64
+	wg     sync.WaitGroup // running connection handlers
+}
+
+func newConns() *conns { return &conns{m: map[string]*conn{}} }
+
+func (cs *conns) lookup(id string) (delivery.Inbox, bool) {
+	cs.mu.RLock()
+	c, ok := cs.m[id]
+	cs.mu.RUnlock()
+	return c, ok
+}
+
+func (cs *conns) add(c *conn) bool {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.closed {
+		return false
+	}
+	cs.m[c.id] = c
+	cs.wg.Add(1)
+	return true
+}
+
+func (cs *conns) remove(c *conn) {
+	cs.mu.Lock()
+	delete(cs.m, c.id)
+	cs.mu.Unlock()
+}
+
+func (cs *conns) count() int {
+	cs.mu.RLock()
+	defer cs.mu.RUnlock()
+	return len(cs.m)
+}
+
+// closeAll closes every connection and waits for their handlers to finish
+// (they prune their edges on the way out).
+func (cs *conns) closeAll() {
+	cs.mu.Lock()
+	cs.closed = true
+	all := make([]*conn, 0, len(cs.m))
+	for _, c := range cs.m {
+		all = append(all, c)
+	}
+	cs.mu.Unlock()
+	for _, c := range all {
+		c.ws.Close(websocket.StatusGoingAway, "node shutting down")
+		c.cancel()
+	}
+	cs.wg.Wait()
+}
+
+// conn is one WebSocket connection: a follower of kind connection whose
+// inbox of cfg.Delivery.Inbox items lives on this node.
+type conn struct {
+	id       string
+	n        *Node
+	attached ObjectID // the object whose program shapes events, if it can
+	useEvent bool
+	ws       *websocket.Conn
+	inbox    chan *delivery.Item
+	ctrl     chan []byte
+	ctx      context.Context
+	cancel   context.CancelFunc
+	behind   atomic.Bool
+
+	// mu guards follows: publisher → topics this connection follows.
+	mu      sync.Mutex
+	follows map[ObjectID]map[string]bool
+}
+
+// Offer lands an item in the inbox, or refuses when it is full: the
+// publisher then prunes every edge this connection holds, and the client is
+// told it fell behind. The socket stays open.
+func (c *conn) Offer(it *delivery.Item) bool {
+	select {
+	case c.inbox <- it:
+		return true
+	default:
+		if c.behind.CompareAndSwap(false, true) {
+			c.control(map[string]any{"type": "behind", "error": fmt.Sprintf("inbox full (%d events): your follows were dropped; follow again to resume", cap(c.inbox))})
+		}
+		return false
+	}
+}
+
+// control queues a control frame without blocking delivery.
+func (c *conn) control(v any) {
+	b, _ := json.Marshal(v)
+	select {
+	case c.ctrl <- b:
+	default:
+	}
+}
+
+// reply queues a reply to a client request, waiting for room.
+func (c *conn) reply(v any) {
+	b, _ := json.Marshal(v)
+	select {
+	case c.ctrl <- b:
+	case <-c.ctx.Done():
+	}
+}
+
+func (n *Node) handleConnect(w http.ResponseWriter, r *http.Request) {
+	id := ObjectID{r.PathValue("program"), r.PathValue("id")}
+	if err := id.Validate(); err != nil {
+		n.fail(w, err)
+		return
+	}
+	pr, err := n.programs.latest(r.Context(), id.Program)
+	if err != nil {
+		n.fail(w, err)
+		return
+	}
+	m, err := n.programs.module(r.Context(), pr.Digest, nil)
+	if err != nil {
+		n.fail(w, err)
+		return
+	}
+	ws, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		return
+	}
+	ws.SetReadLimit(maxClientFrame)
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &conn{
+		id:       n.id + "." + strconv.FormatUint(n.conns.seq.Add(1), 10),
+		n:        n,
+		attached: id,
+		useEvent: m.Has(abi.HandlerEvent),
+		ws:       ws,
+		inbox:    make(chan *delivery.Item, n.dcfg.Inbox),
+		ctrl:     make(chan []byte, 16),
+		ctx:      ctx,
+		cancel:   cancel,
+		follows:  map[ObjectID]map[string]bool{},
+	}
+	if !n.conns.add(c) {
+		cancel()
+		ws.Close(websocket.StatusTryAgainLater, "node shutting down")
+		return
+	}
+	n.metrics.conns.Inc()
+	defer n.conns.wg.Done()
+	defer n.metrics.conns.Dec()
+	c.reply(map[string]any{"type": "hello", "connection": c.id, "node": n.id, "object": id.String()})
+	go c.writeLoop()
+	c.readLoop()
+	c.close()
+}
+
+// close unregisters the connection and reports it gone to every publisher
+// it followed, which prune its edges.
+func (c *conn) close() {
+	c.cancel()
+	c.n.conns.remove(c)
+	c.ws.CloseNow()
+	c.mu.Lock()
+	pubs := make([]ObjectID, 0, len(c.follows))
+	for p := range c.follows {
+		pubs = append(pubs, p)
+	}
+	c.mu.Unlock()
+	for _, p := range pubs {
+		c.n.pruneConnection(context.Background(), p, c.id)
+	}
+}
+
+// clientRequest is a frame a client sends.
+type clientRequest struct {
+	Type   string `json:"type"`
+	Object string `json:"object"`
+	Topic  string `json:"topic"`
+	Filter string `json:"filter"`
+	Params string `json:"params"`
+}
+
+func (c *conn) readLoop() {
+	for {
+		typ, data, err := c.ws.Read(c.ctx)
+		if err != nil {
+			return
+		}
+		if typ != websocket.MessageText {
+			c.reply(map[string]any{"type": "error", "error": "send JSON text frames: {\"type\":\"follow\",\"object\":\"PROGRAM/ID\",\"topic\":\"T\"}"})
+			continue
+		}
+		var req clientRequest
+		if err := json.Unmarshal(data, &req); err != nil {
+			c.reply(map[string]any{"type": "error", "error": "malformed request: " + err.Error()})
+			continue
+		}
+		c.handle(&req)
+	}
+}
+
+func (c *conn) handle(req *clientRequest) {
+	errReply := func(err error) {
+		c.reply(map[string]any{"type": "error", "request": req.Type, "object": req.Object, "topic": req.Topic, "error": err.Error()})
+	}
+	pub := c.attached
+	if req.Object != "" {
+		var err error
+		if pub, err = ParseObjectID(req.Object); err != nil {
+			errReply(err)
+			return
+		}
+	}
+	switch req.Type {
+	case "follow":
+		c.behind.Store(false)
+		e, err := c.n.Follow(c.ctx, pub, abi.FollowRequest{
+			Topic: req.Topic, Filter: req.Filter, Kind: abi.FollowerConnection,
+			Follower: c.id, Params: []byte(req.Params),
+		})
+		if err != nil {
+			var re *vm.RefusedError
+			if errors.As(err, &re) {
+				err = fmt.Errorf("follow refused by %s: %s", pub, re.Reason)
+			}
+			errReply(err)
+			return
+		}
+		c.mu.Lock()
+		if c.follows[pub] == nil {
+			c.follows[pub] = map[string]bool{}
+		}
+		c.follows[pub][req.Topic] = true
+		c.mu.Unlock()
+		c.reply(map[string]any{"type": "followed", "object": pub.String(), "topic": req.Topic, "edge": e.ID, "cursor": e.Cursor})
+	case "unfollow":
+		ok, err := c.n.Unfollow(c.ctx, pub, abi.FollowerConnection, c.id, req.Topic)
+		if err != nil {
+			errReply(err)
+			return
+		}
+		c.mu.Lock()
+		delete(c.follows[pub], req.Topic)
+		c.mu.Unlock()
+		c.reply(map[string]any{"type": "unfollowed", "object": pub.String(), "topic": req.Topic, "existed": ok})
+	case "ping":
+		c.reply(map[string]any{"type": "pong"})
+	default:
+		errReply(fmt.Errorf("unknown request type %q: use follow, unfollow or ping", req.Type))
+	}
+}
+
+// writeLoop writes control frames and inbox items to the socket. Without an
+// event export an item's frame is its forward envelope, encoded once per
+// node and shared by every socket: no VM runs and nothing is allocated per
+// socket.
+func (c *conn) writeLoop() {
+	defer c.cancel()
+	for {
+		var frame []byte
+		select {
+		case <-c.ctx.Done():
+			return
+		case frame = <-c.ctrl:
+		case it := <-c.inbox:
+			if !c.useEvent {
+				frame = it.Envelope
+				c.n.metrics.envelopes.Inc()
+				break
+			}
+			out, err := c.n.runEvent(c.ctx, c.attached, &it.Event)
+			if errors.Is(err, vm.ErrSkip) {
+				continue
+			}
+			if err != nil {
+				c.n.log.Debug("event handler failed", slog.String("conn", c.id), slog.Any("err", err))
+				b, _ := json.Marshal(map[string]any{"type": "error", "error": "event handler: " + err.Error(), "publisher": it.Event.Publisher, "seq": it.Event.Seq})
+				frame = b
+				break
+			}
+			frame = out
+		}
+		typ := websocket.MessageText
+		if !utf8.Valid(frame) {
+			typ = websocket.MessageBinary
+		}
+		if err := c.ws.Write(c.ctx, typ, frame); err != nil {
+			return
+		}
+		c.n.metrics.frames.Inc()
+	}
+}

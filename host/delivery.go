@@ -1,0 +1,464 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/durable-host/host/abi"
+	"github.com/durable-host/host/delivery"
+)
+
+// followLockWait bounds how long a follow waits for the publisher's lock;
+// a follow from inside a handler holds the follower's lock meanwhile, so two
+// objects following each other at once must not wait forever.
+const followLockWait = 2 * time.Second
+
+// pumpState is an object's pump scheduling: at most one pump goroutine per
+// object, re-run when kicked while running.
+type pumpState struct {
+	running atomic.Bool
+	again   atomic.Bool
+	// timer is the pending retry wake-up; guarded by the object's lock.
+	stopTimer func() bool
+}
+
+// kick schedules a pump round for the object. It never blocks and never
+// runs delivery on the caller's goroutine: a method returns once its
+// transaction commits.
+func (n *Node) kick(id ObjectID) {
+	o, err := n.objects.acquire(id)
+	if err != nil {
+		return
+	}
+	o.pump.again.Store(true)
+	if !o.pump.running.CompareAndSwap(false, true) {
+		n.objects.release(o)
+		return
+	}
+	n.pumpMu.Lock()
+	if n.stopping {
+		n.pumpMu.Unlock()
+		o.pump.running.Store(false)
+		n.objects.release(o)
+		return
+	}
+	n.pumps.Add(1)
+	n.pumpMu.Unlock()
+	go func() {
+		defer n.pumps.Done()
+		defer n.objects.release(o)
+		n.pumpLoop(o)
+	}()
+}
+
+func (n *Node) pumpLoop(o *object) {
+	ctx := context.Background()
+	for {
+		o.pump.again.Store(false)
+		var next time.Time
+		for {
+			select {
+			case <-n.stop:
+				o.pump.running.Store(false)
+				return
+			default:
+			}
+			more, nx, err := n.pump.Round(ctx, publisher{o})
+			if err != nil {
+				if !errors.Is(err, errDeactivated) && !errors.Is(err, ErrShuttingDown) {
+					n.log.Warn("pump round failed", slog.String("publisher", o.id.String()), slog.Any("err", err))
+				}
+				break
+			}
+			if !more {
+				next = nx
+				break
+			}
+		}
+		if !next.IsZero() {
+			n.scheduleRetry(o.id, next)
+		}
+		o.pump.running.Store(false)
+		if !o.pump.again.Load() || !o.pump.running.CompareAndSwap(false, true) {
+			return
+		}
+	}
+}
+
+// scheduleRetry wakes the object's pump at t, reactivating it if needed.
+func (n *Node) scheduleRetry(id ObjectID, t time.Time) {
+	d := t.Sub(n.dcfg.Clock.Now())
+	n.dcfg.Clock.AfterFunc(max(d, 0), func() {
+		select {
+		case <-n.stop:
+		default:
+			n.kick(id)
+		}
+	})
+}
+
+// publisher adapts an object to delivery.Publisher.
+type publisher struct{ o *object }
+
+func (p publisher) ID() string { return p.o.id.String() }
+
+func (p publisher) Between(ctx context.Context, f func(*delivery.Tx) error) error {
+	o := p.o
+	if err := o.lock(ctx); err != nil {
+		return err
+	}
+	defer o.unlock()
+	if err := o.readyFile(ctx); err != nil {
+		return err
+	}
+	tx, err := o.file.Begin()
+	if err != nil {
+		return err
+	}
+	if err := f(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+// membership is the single-node view: this node is the only live one, and
+// every object lives here.
+type membership struct{ n *Node }
+
+func (m membership) Self() string        { return m.n.id }
+func (m membership) Live(id string) bool { return id == m.n.id }
+func (m membership) Locate(context.Context, string) (string, error) {
+	return m.n.id, nil
+}
+
+// transport delivers to this node directly.
+type transport struct{ n *Node }
+
+func (t transport) Connections(_ context.Context, node string, b *delivery.ConnBatch) (delivery.ConnResult, error) {
+	if node != t.n.id {
+		return delivery.ConnResult{}, fmt.Errorf("no route to node %s", node)
+	}
+	return delivery.Slice(b, t.n.conns.lookup), nil
+}
+
+func (t transport) Object(ctx context.Context, node string, d *delivery.ObjectDelivery) (delivery.ObjectResult, error) {
+	if node != t.n.id {
+		return delivery.ObjectResult{}, fmt.Errorf("no route to node %s", node)
+	}
+	return t.n.receive(ctx, d)
+}
+
+// receive runs a durable delivery on the follower: for each event in order,
+// skip it if the follower's receive cursor is at or past it, else run the
+// receive handler and advance the cursor in the handler's own transaction.
+func (n *Node) receive(ctx context.Context, d *delivery.ObjectDelivery) (delivery.ObjectResult, error) {
+	id, err := ParseObjectID(d.Follower)
+	if err != nil {
+		return delivery.ObjectResult{}, err
+	}
+	events := d.Events
+	if d.Range != nil {
+		pub, err := ParseObjectID(d.Publisher)
+		if err != nil {
+			return delivery.ObjectResult{}, err
+		}
+		if events, err = n.materialize(ctx, pub, d); err != nil {
+			return delivery.ObjectResult{Err: err.Error()}, nil
+		}
+	}
+	o, err := n.objects.acquire(id)
+	if err != nil {
+		return delivery.ObjectResult{}, err
+	}
+	defer n.objects.release(o)
+	if err := o.lock(ctx); err != nil {
+		return delivery.ObjectResult{}, err
+	}
+	defer o.unlock()
+	res := delivery.ObjectResult{}
+	for i := range events {
+		ev := &events[i]
+		if err := o.receiveOne(ctx, d.Topic, ev); err != nil {
+			res.Err = err.Error()
+			return res, nil
+		}
+		res.Done = ev.Seq
+	}
+	res.Done = d.Through
+	return res, nil
+}
+
+// receiveOne handles one event exactly once in effect. Called locked.
+func (o *object) receiveOne(ctx context.Context, topic string, ev *abi.Event) error {
+	if err := o.ready(ctx); err != nil {
+		return err
+	}
+	if !o.module.Has(abi.HandlerReceive) {
+		return fmt.Errorf("%s has no receive handler", o.id)
+	}
+	tx, err := o.file.Begin()
+	if err != nil {
+		return err
+	}
+	cur, err := tx.Cursor(ev.Publisher, topic)
+	if err != nil {
+		tx.Rollback()
+		return err
+	}
+	if ev.Seq <= cur {
+		// Already committed here: redelivery skips.
+		return tx.Rollback()
+	}
+	h := &objectHost{o: o, tx: tx}
+	err = o.inst.Receive(h, ev)
+	if o.inst.Broken() {
+		o.dropInstance()
+	}
+	if err == nil {
+		err = h.err
+	}
+	if err == nil {
+		err = tx.SetCursor(ev.Publisher, topic, ev.Seq)
+	}
+	if err != nil {
+		tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	o.node.metrics.received.Inc()
+	if tx.Published() > 0 {
+		o.node.kick(o.id)
+	}
+	return nil
+}
+
+// materialize reads a ranged delivery through the read path: this node's own
+// copy of the publisher's file. (The holder and shipped replicas come with
+// the cluster.)
+func (n *Node) materialize(ctx context.Context, pub ObjectID, d *delivery.ObjectDelivery) ([]abi.Event, error) {
+	evs, err := delivery.ReadRange(ctx, n.objectPath(pub), *d.Range, d.Topic, d.Filter)
+	if err != nil {
+		return nil, fmt.Errorf("materialize %s (%d, %d]: %w", pub, d.Range.After, d.Range.Through, err)
+	}
+	for i := range evs {
+		evs[i].Publisher = d.Publisher
+	}
+	n.metrics.materialized.Inc()
+	return evs, nil
+}
+
+// FollowResult is an approved follow.
+type FollowResult = delivery.Edge
+
+// Follow asks publisher to admit a follower: the publisher's follow hook runs
+// (once, now, never during delivery) and on approval an edge is recorded at
+// the log's head.
+func (n *Node) Follow(ctx context.Context, publisherID ObjectID, req abi.FollowRequest) (delivery.Edge, error) {
+	if err := publisherID.Validate(); err != nil {
+		return delivery.Edge{}, err
+	}
+	if len(req.Topic) > abi.MaxTopicLen {
+		return delivery.Edge{}, fmt.Errorf("%w: topic longer than %d bytes", ErrBadRequest, abi.MaxTopicLen)
+	}
+	if _, err := delivery.ParseFilter(req.Filter); err != nil {
+		return delivery.Edge{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	if req.Kind == abi.FollowerObject && req.Follower == publisherID.String() {
+		return delivery.Edge{}, fmt.Errorf("%w: an object cannot follow itself", ErrBadRequest)
+	}
+	if _, err := n.programs.latest(ctx, publisherID.Program); err != nil {
+		return delivery.Edge{}, err
+	}
+	req.Publisher = publisherID.String()
+	o, err := n.objects.acquire(publisherID)
+	if err != nil {
+		return delivery.Edge{}, err
+	}
+	defer n.objects.release(o)
+	lctx, cancel := context.WithTimeout(ctx, followLockWait)
+	defer cancel()
+	if err := o.lock(lctx); err != nil {
+		return delivery.Edge{}, fmt.Errorf("%w: publisher %s is busy: %v", ErrUnavailable, publisherID, err)
+	}
+	defer o.unlock()
+	if err := o.ready(ctx); err != nil {
+		return delivery.Edge{}, err
+	}
+	tx, err := o.file.Begin()
+	if err != nil {
+		return delivery.Edge{}, err
+	}
+	h := &objectHost{o: o, tx: tx}
+	n.metrics.followHooks.Inc()
+	err = o.inst.Follow(h, &req)
+	if o.inst.Broken() {
+		o.dropInstance()
+	}
+	if err == nil {
+		err = h.err
+	}
+	if err != nil {
+		tx.Rollback()
+		return delivery.Edge{}, err
+	}
+	node := n.id
+	e, err := tx.AddEdge(req.Kind, req.Follower, node, req.Topic, req.Filter, time.Now())
+	if err != nil {
+		tx.Rollback()
+		return delivery.Edge{}, err
+	}
+	if err := tx.Commit(); err != nil {
+		return delivery.Edge{}, err
+	}
+	n.notePublisher(ctx, publisherID)
+	return e, nil
+}
+
+// Unfollow removes a follower's edge on publisher's topic.
+func (n *Node) Unfollow(ctx context.Context, publisherID ObjectID, kind abi.FollowerKind, follower, topic string) (bool, error) {
+	var removed bool
+	err := n.between(ctx, publisherID, func(tx *delivery.Tx) error {
+		var err error
+		removed, err = tx.RemoveEdge(kind, follower, topic)
+		return err
+	})
+	return removed, err
+}
+
+// RemoveEdge removes an edge by id (an operator's unfollow).
+func (n *Node) RemoveEdge(ctx context.Context, publisherID ObjectID, id int64) (bool, error) {
+	var removed bool
+	err := n.between(ctx, publisherID, func(tx *delivery.Tx) error {
+		var err error
+		removed, err = tx.RemoveEdgeID(id)
+		return err
+	})
+	if err == nil && removed {
+		n.metrics.pruned.WithLabelValues("unfollow").Inc()
+	}
+	return removed, err
+}
+
+// Edges lists a publisher's edges.
+func (n *Node) Edges(ctx context.Context, publisherID ObjectID) ([]delivery.Edge, error) {
+	var edges []delivery.Edge
+	err := n.between(ctx, publisherID, func(tx *delivery.Tx) error {
+		var err error
+		edges, err = tx.Edges()
+		return err
+	})
+	if edges == nil {
+		edges = []delivery.Edge{}
+	}
+	return edges, err
+}
+
+// pruneConnection removes every edge conn holds on publisher: its socket is
+// gone.
+func (n *Node) pruneConnection(ctx context.Context, publisherID ObjectID, conn string) {
+	err := n.between(ctx, publisherID, func(tx *delivery.Tx) error {
+		k, err := tx.RemoveFollower(abi.FollowerConnection, conn)
+		if k > 0 {
+			n.metrics.pruned.WithLabelValues("socket_gone").Add(float64(k))
+		}
+		return err
+	})
+	if err != nil && !errors.Is(err, ErrShuttingDown) {
+		n.log.Debug("prune connection", slog.String("conn", conn), slog.Any("err", err))
+	}
+}
+
+// between runs f on an existing object's file between its calls.
+func (n *Node) between(ctx context.Context, id ObjectID, f func(*delivery.Tx) error) error {
+	if err := id.Validate(); err != nil {
+		return err
+	}
+	if _, err := n.programs.latest(ctx, id.Program); err != nil {
+		return err
+	}
+	if !n.objectExists(id) {
+		return fmt.Errorf("%w: %s", ErrUnknownObject, id)
+	}
+	o, err := n.objects.acquire(id)
+	if err != nil {
+		return err
+	}
+	defer n.objects.release(o)
+	return publisher{o}.Between(ctx, f)
+}
+
+// notePublisher remembers that id has edges, so a restarted node resumes
+// its deliveries.
+func (n *Node) notePublisher(ctx context.Context, id ObjectID) {
+	if _, err := n.db.ExecContext(ctx, `INSERT OR IGNORE INTO publishers (object) VALUES (?)`, id.String()); err != nil {
+		n.log.Warn("record publisher", slog.Any("err", err))
+	}
+}
+
+// resumePublishers kicks every publisher with edges: after a restart, their
+// pending deliveries go on (and connection edges of the old node are
+// pruned).
+func (n *Node) resumePublishers(ctx context.Context) error {
+	rows, err := n.db.QueryContext(ctx, `SELECT object FROM publishers`)
+	if err != nil {
+		return err
+	}
+	var ids []ObjectID
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			rows.Close()
+			return err
+		}
+		if id, err := ParseObjectID(s); err == nil {
+			ids = append(ids, id)
+		}
+	}
+	rows.Close()
+	for _, id := range ids {
+		n.kick(id)
+	}
+	return rows.Err()
+}
+
+// runEvent runs the event export of the connection's program on an item,
+// on the object the connection is attached to.
+func (n *Node) runEvent(ctx context.Context, id ObjectID, ev *abi.Event) ([]byte, error) {
+	o, err := n.objects.acquire(id)
+	if err != nil {
+		return nil, err
+	}
+	defer n.objects.release(o)
+	if err := o.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer o.unlock()
+	if err := o.ready(ctx); err != nil {
+		return nil, err
+	}
+	tx, err := o.file.Begin()
+	if err != nil {
+		return nil, err
+	}
+	h := &objectHost{o: o, tx: tx}
+	n.metrics.eventCalls.Inc()
+	frame, err := o.inst.Event(h, ev)
+	if o.inst.Broken() {
+		o.dropInstance()
+	}
+	if err == nil {
+		err = h.err
+	}
+	if err != nil {
+		tx.Rollback()
+		return nil, err
+	}
+	return frame, tx.Commit()
+}
