@@ -70,7 +70,7 @@ type File struct {
 	conn *sql.Conn
 
 	get, put, del, scan, appendLog, head *sql.Stmt
-	cursorGet, cursorPut               *sql.Stmt
+	cursorGet, cursorPut                 *sql.Stmt
 }
 
 // OpenFile opens (creating if needed) the object file at path.

@@ -23,6 +23,9 @@ func (n *Node) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/objects/{program}/{id}/connect", n.handleConnect)
 	mux.HandleFunc("GET /v1/objects/{program}/{id}/edges", n.handleEdges)
 	mux.HandleFunc("DELETE /v1/objects/{program}/{id}/edges/{edge}", n.handleDeleteEdge)
+	if n.cfg.Demo {
+		mux.HandleFunc("GET /{$}", n.handleDemo)
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Errorf("no route %s %s; see the README for the API", r.Method, clip(r.URL.Path)))
 	})

@@ -47,6 +47,8 @@ type Config struct {
 	Delivery delivery.Config
 	// NATS configures the embedded server or an external cluster.
 	NATS NATSConfig
+	// Demo serves the chat demo page at / (host dev turns it on).
+	Demo bool
 	// Logger is the node's logger.
 	Logger *slog.Logger
 }

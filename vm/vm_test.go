@@ -169,11 +169,11 @@ func TestCompileRejects(t *testing.T) {
 	e := newEngine(t, 0, 0)
 	counter := vmtest.Wasm(t, "counter")
 	cases := map[string][]byte{
-		"not wasm":       []byte("hello world, not a module"),
-		"truncated":      counter[:len(counter)/2],
-		"missing call":   vmtest.MinimalModule(abi.Version, false),
-		"wrong version":  vmtest.MinimalModule(abi.Version+1, true),
-		"empty":          nil,
+		"not wasm":      []byte("hello world, not a module"),
+		"truncated":     counter[:len(counter)/2],
+		"missing call":  vmtest.MinimalModule(abi.Version, false),
+		"wrong version": vmtest.MinimalModule(abi.Version+1, true),
+		"empty":         nil,
 	}
 	for name, b := range cases {
 		if _, err := e.Compile(context.Background(), b); !errors.Is(err, vm.ErrInvalidModule) {

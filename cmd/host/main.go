@@ -19,8 +19,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	examples "github.com/durable-host/host/examples/wasm"
 	"github.com/durable-host/host/delivery"
+	examples "github.com/durable-host/host/examples/wasm"
 	"github.com/durable-host/host/host"
 )
 
@@ -132,6 +132,7 @@ the wasm32 target is installed) into examples/wasm/out, starts a node like
 					if err != nil {
 						return err
 					}
+					cfg.Demo = true
 					return serve(c.Context, cfg, func(ctx context.Context, n *host.Node) error {
 						return devSetup(ctx, n, stdout)
 					}, stdout)
@@ -367,7 +368,7 @@ func devSetup(ctx context.Context, n *host.Node, stdout io.Writer) error {
 	fmt.Fprintf(stdout, `
 node %s is up at %s
 
-try:
+open %s/?room=room1 in two browser tabs to chat, or try:
   host call counter/c1 inc
   host call counter/c1 add '{"amount": 5}'
   host call chat/room1 post '{"author": "ann", "text": "hi"}'
@@ -375,7 +376,7 @@ try:
   curl -X POST %s/v1/objects/counter/c1/get
 
 Ctrl-C stops the node; state survives under its data directory.
-`, n.ID(), n.URL(), n.URL())
+`, n.ID(), n.URL(), n.URL(), n.URL())
 	return nil
 }
 
