@@ -147,6 +147,13 @@ const (
 	MaxPayloadLen = 1 << 20
 	MaxReplyLen   = 4 << 20
 	MaxMethodLen  = 256
+	// MaxFollowRequestLen bounds an encoded follow request (StatusTooLarge).
+	MaxFollowRequestLen = 64 << 10
+	// MaxLogLen: log lines are truncated to this many bytes.
+	MaxLogLen = 16 << 10
+	// MaxRandomLen: one random_fill may ask for at most this many bytes;
+	// more traps the guest (the SDKs split larger requests).
+	MaxRandomLen = 64 << 10
 )
 
 // Log levels for ImportLog.

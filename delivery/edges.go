@@ -120,17 +120,6 @@ func (t *Tx) NextDue(head uint64) (time.Time, bool, error) {
 	return time.Unix(0, ns.Int64), true, nil
 }
 
-// SetEdge records an edge's progress: its cursor, failed attempts and next
-// due time (zero time = due now).
-func (t *Tx) SetEdge(id int64, cursor uint64, attempts int, nextDue time.Time) error {
-	var due int64
-	if !nextDue.IsZero() {
-		due = nextDue.UnixNano()
-	}
-	_, err := t.f.conn.ExecContext(bg, `UPDATE edges SET cursor = ?, attempts = ?, next_due = ? WHERE id = ?`, int64(cursor), attempts, due, id)
-	return err
-}
-
 // HasEdges reports whether the publisher has any edge.
 func (t *Tx) HasEdges() (bool, error) {
 	var n int

@@ -288,7 +288,6 @@ func (p *Pump) Round(ctx context.Context, pub Publisher) (bool, time.Time, error
 		if e.Kind == abi.FollowerConnection {
 			g.conns = append(g.conns, e)
 		} else {
-			e.Node = node
 			g.objects = append(g.objects, e)
 		}
 	}

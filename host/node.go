@@ -198,6 +198,9 @@ func newNodeID() string {
 	return "n-" + hex.EncodeToString(b[:])
 }
 
+// DataDir returns the node's data directory.
+func (n *Node) DataDir() string { return n.cfg.DataDir }
+
 // ID returns the node's id.
 func (n *Node) ID() string { return n.id }
 

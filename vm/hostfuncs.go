@@ -236,17 +236,23 @@ func hPublish(i *Instance, m api.Module, s []uint64) {
 	s[0] = hostErr(i, h.Publish(i.ctx, string(t), p))
 }
 
-func followReq(m api.Module, s []uint64) (abi.FollowRequest, bool) {
-	b := read(m, s[0], s[1], 64<<10)
-	r, err := abi.DecodeFollowRequest(b)
-	return r, err == nil
+func followReq(m api.Module, s []uint64) (abi.FollowRequest, int32) {
+	b, ok := view(m, s[0], s[1], abi.MaxFollowRequestLen)
+	if !ok {
+		return abi.FollowRequest{}, abi.StatusTooLarge
+	}
+	r, err := abi.DecodeFollowRequest(append([]byte(nil), b...))
+	if err != nil {
+		return r, abi.StatusBadRequest
+	}
+	return r, abi.StatusOK
 }
 
 func hFollow(i *Instance, m api.Module, s []uint64) {
 	h := needHost(i)
-	r, ok := followReq(m, s)
-	if !ok {
-		s[0] = status(abi.StatusBadRequest)
+	r, st := followReq(m, s)
+	if st != abi.StatusOK {
+		s[0] = status(st)
 		return
 	}
 	s[0] = hostErr(i, h.Follow(i.ctx, r))
@@ -254,19 +260,17 @@ func hFollow(i *Instance, m api.Module, s []uint64) {
 
 func hUnfollow(i *Instance, m api.Module, s []uint64) {
 	h := needHost(i)
-	r, ok := followReq(m, s)
-	if !ok {
-		s[0] = status(abi.StatusBadRequest)
+	r, st := followReq(m, s)
+	if st != abi.StatusOK {
+		s[0] = status(st)
 		return
 	}
 	s[0] = hostErr(i, h.Unfollow(i.ctx, r))
 }
 
 func hLog(i *Instance, m api.Module, s []uint64) {
-	v, ok := view(m, s[1], s[2], 16<<10)
-	if !ok {
-		return
-	}
+	n := min(uint32(s[2]), abi.MaxLogLen)
+	v, _ := view(m, s[1], uint64(n), abi.MaxLogLen)
 	if i.host != nil {
 		i.host.Log(int32(uint32(s[0])), string(v))
 		return
@@ -277,9 +281,9 @@ func hLog(i *Instance, m api.Module, s []uint64) {
 func hTimeNow(_ *Instance, _ api.Module, s []uint64) { s[0] = uint64(time.Now().UnixNano()) }
 
 func hRandomFill(_ *Instance, m api.Module, s []uint64) {
-	v, ok := view(m, s[0], s[1], 1<<16)
+	v, ok := view(m, s[0], s[1], abi.MaxRandomLen)
 	if !ok {
-		panic(&abiViolation{"random_fill length out of range"})
+		panic(&abiViolation{"random_fill asks for more than 64 KiB"})
 	}
 	_, _ = rand.Read(v)
 }

@@ -100,6 +100,8 @@ func (i *Instance) Call(h Host, method string, payload []byte) ([]byte, error) {
 		return nil, fmt.Errorf("%w: %q", ErrMethodNotFound, method)
 	case abi.StatusError:
 		return nil, &GuestError{Message: string(i.reply)}
+	case abi.StatusRefused:
+		return nil, &RefusedError{Reason: string(i.reply)}
 	}
 	return nil, &GuestError{Message: fmt.Sprintf("handler returned status %d", st)}
 }

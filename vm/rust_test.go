@@ -275,6 +275,7 @@ func TestRustHostileGuest(t *testing.T) {
 		{"big_reply", isTrap},
 		{"bomb", isTrap},
 		{"loop", func(err error) bool { return errors.Is(err, vm.ErrBudget) }},
+		{"recurse", isTrap},
 	}
 	for _, c := range cases {
 		t.Run(c.method, func(t *testing.T) {

@@ -200,8 +200,12 @@ func Now() int64 { return hostTimeNow() }
 
 // Random fills b with cryptographically random bytes from the host.
 func Random(b []byte) {
-	p, n := bytesPtr(b)
-	hostRandomFill(p, n)
+	for len(b) > 0 {
+		chunk := b[:min(len(b), abi.MaxRandomLen)]
+		p, n := bytesPtr(chunk)
+		hostRandomFill(p, n)
+		b = b[len(chunk):]
+	}
 }
 
 // Self returns this object's "program/id".

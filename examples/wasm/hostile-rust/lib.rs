@@ -52,6 +52,9 @@ fn register(p: &mut Program) {
             }
         }
     });
+    // recurse overflows the (64 KiB) stack: the stack sits first in memory,
+    // so overflowing it is an out-of-bounds access, a trap.
+    p.method("recurse", |_| Ok(vec![recurse(1 << 20, 0) as u8]));
     p.method("fail", |_| host_sdk::fail("failed on purpose"));
     p.method("get", |_| Ok(host_sdk::get("touched").unwrap_or_default()));
     p.method("self", |_| Ok(host_sdk::self_id().into_bytes()));
@@ -102,4 +105,17 @@ fn register(p: &mut Program) {
         out.extend_from_slice(&e.payload);
         Ok(out)
     });
+}
+
+#[inline(never)]
+fn recurse(n: u32, acc: u64) -> u64 {
+    // Each frame keeps a buffer that is read after the inner call returns,
+    // so the recursion cannot become a loop.
+    let mut buf = [0u8; 256];
+    unsafe { std::ptr::write_volatile(&mut buf[(n % 256) as usize], n as u8) };
+    if n == 0 {
+        return acc;
+    }
+    let r = recurse(n - 1, acc);
+    r ^ unsafe { std::ptr::read_volatile(&buf[(n % 256) as usize]) } as u64
 }

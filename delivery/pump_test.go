@@ -1,0 +1,648 @@
+package delivery_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/durable-host/host/abi"
+	"github.com/durable-host/host/delivery"
+)
+
+// fakeClock is an injected clock: time moves only when the test says.
+type fakeClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers []*fakeTimer
+}
+
+type fakeTimer struct {
+	at   time.Time
+	f    func()
+	done bool
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{now: time.Unix(1_700_000_000, 0)} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) AfterFunc(d time.Duration, f func()) func() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := &fakeTimer{at: c.now.Add(d), f: f}
+	c.timers = append(c.timers, t)
+	return func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		was := !t.done
+		t.done = true
+		return was
+	}
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	var fire []func()
+	for _, t := range c.timers {
+		if !t.done && !t.at.After(c.now) {
+			t.done = true
+			fire = append(fire, t.f)
+		}
+	}
+	c.mu.Unlock()
+	for _, f := range fire {
+		f()
+	}
+}
+
+// pub is a publisher over a real object file.
+type pub struct {
+	id string
+	f  *delivery.File
+	mu sync.Mutex
+}
+
+func (p *pub) ID() string { return p.id }
+
+func (p *pub) Between(_ context.Context, fn func(*delivery.Tx) error) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	tx, err := p.f.Begin()
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+func newPub(t *testing.T) *pub {
+	t.Helper()
+	f, err := delivery.OpenFile(context.Background(), filepath.Join(t.TempDir(), "pub.db"), delivery.SyncNormal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return &pub{id: "chat/room1", f: f}
+}
+
+func (p *pub) publish(t *testing.T, topic string, payloads ...string) {
+	t.Helper()
+	err := p.Between(context.Background(), func(tx *delivery.Tx) error {
+		for _, pl := range payloads {
+			if _, err := tx.Append(topic, []byte(pl), time.Now()); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (p *pub) follow(t *testing.T, kind abi.FollowerKind, follower, node, topic, filter string) delivery.Edge {
+	t.Helper()
+	var e delivery.Edge
+	err := p.Between(context.Background(), func(tx *delivery.Tx) error {
+		var err error
+		e, err = tx.AddEdge(kind, follower, node, topic, filter, time.Now())
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func (p *pub) edges(t *testing.T) []delivery.Edge {
+	t.Helper()
+	var out []delivery.Edge
+	p.Between(context.Background(), func(tx *delivery.Tx) error {
+		var err error
+		out, err = tx.Edges()
+		return err
+	})
+	return out
+}
+
+// inbox is a bounded test inbox.
+type inbox struct {
+	cap   int
+	items []*delivery.Item
+}
+
+func (in *inbox) Offer(it *delivery.Item) bool {
+	if len(in.items) >= in.cap {
+		return false
+	}
+	in.items = append(in.items, it)
+	return true
+}
+
+// fakeNet is a Transport and Membership: nodes hold inboxes and object
+// followers; it records every call.
+type fakeNet struct {
+	mu       sync.Mutex
+	self     string
+	live     map[string]bool
+	located  map[string]string
+	inboxes  map[string]map[string]*inbox // node → conn → inbox
+	received map[string][]abi.Event       // follower → events handled
+	fail     map[string]int               // follower → failures left
+	connCall map[string]int               // node → connection batches
+	objCall  map[string]int               // follower → deliveries
+	batches  []*delivery.ConnBatch
+	objects  []*delivery.ObjectDelivery
+	ranges   func(*delivery.ObjectDelivery) []abi.Event
+}
+
+func newNet() *fakeNet {
+	return &fakeNet{
+		self: "A", live: map[string]bool{"A": true}, located: map[string]string{},
+		inboxes: map[string]map[string]*inbox{}, received: map[string][]abi.Event{},
+		fail: map[string]int{}, connCall: map[string]int{}, objCall: map[string]int{},
+	}
+}
+
+func (n *fakeNet) Self() string        { return n.self }
+func (n *fakeNet) Live(id string) bool { n.mu.Lock(); defer n.mu.Unlock(); return n.live[id] }
+func (n *fakeNet) Locate(_ context.Context, obj string) (string, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if node, ok := n.located[obj]; ok {
+		return node, nil
+	}
+	return "", fmt.Errorf("nowhere")
+}
+
+func (n *fakeNet) conn(node, id string, capacity int) *inbox {
+	n.live[node] = true
+	if n.inboxes[node] == nil {
+		n.inboxes[node] = map[string]*inbox{}
+	}
+	in := &inbox{cap: capacity}
+	n.inboxes[node][id] = in
+	return in
+}
+
+func (n *fakeNet) Connections(_ context.Context, node string, b *delivery.ConnBatch) (delivery.ConnResult, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.connCall[node]++
+	n.batches = append(n.batches, b)
+	return delivery.Slice(b, func(c string) (delivery.Inbox, bool) {
+		in, ok := n.inboxes[node][c]
+		return in, ok
+	}), nil
+}
+
+func (n *fakeNet) Object(_ context.Context, node string, d *delivery.ObjectDelivery) (delivery.ObjectResult, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.objCall[d.Follower]++
+	n.objects = append(n.objects, d)
+	evs := d.Events
+	if d.Range != nil {
+		evs = n.ranges(d)
+	}
+	res := delivery.ObjectResult{}
+	for _, e := range evs {
+		if n.fail[d.Follower] > 0 {
+			n.fail[d.Follower]--
+			res.Err = "handler failed"
+			return res, nil
+		}
+		n.received[d.Follower] = append(n.received[d.Follower], e)
+		res.Done = e.Seq
+	}
+	res.Done = d.Through
+	return res, nil
+}
+
+type nopObs struct{ pruned, dropped, retried int }
+
+func (o *nopObs) ConnBatchSent(string, bool, int, int)       {}
+func (o *nopObs) ObjectDeliverySent(string, bool, int, bool) {}
+func (o *nopObs) Pruned(_ string, n int)                     { o.pruned += n }
+func (o *nopObs) Retried()                                   { o.retried++ }
+func (o *nopObs) Dropped(string, delivery.Edge, string)      { o.dropped++ }
+func newPump(net *fakeNet, clock delivery.Clock) (*delivery.Pump, *nopObs) {
+	cfg := delivery.DefaultConfig()
+	if clock != nil {
+		cfg.Clock = clock
+	}
+	obs := &nopObs{}
+	return delivery.NewPump(cfg, net, net, obs, slog.Default()), obs
+}
+
+// drain runs rounds until nothing is due.
+func drain(t *testing.T, p *delivery.Pump, pb *pub) time.Time {
+	t.Helper()
+	for i := 0; i < 100; i++ {
+		more, next, err := p.Round(context.Background(), pb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !more {
+			return next
+		}
+	}
+	t.Fatal("pump did not settle")
+	return time.Time{}
+}
+
+func seqs(items []*delivery.Item) []uint64 {
+	var out []uint64
+	for _, it := range items {
+		out = append(out, it.Event.Seq)
+	}
+	return out
+}
+
+// conformance: D05 D06 D07 D08 D23
+func TestD08_ConnectionBatchOneCallPerNode(t *testing.T) {
+	pb := newPub(t)
+	net := newNet()
+	p, _ := newPump(net, nil)
+	var inboxes []*inbox
+	// 40 watchers over 4 nodes, one of them local.
+	for i := 0; i < 40; i++ {
+		node := []string{"A", "B", "C", "D"}[i%4]
+		id := fmt.Sprintf("%s.%d", node, i)
+		inboxes = append(inboxes, net.conn(node, id, delivery.DefaultInbox))
+		pb.follow(t, abi.FollowerConnection, id, node, "messages", "")
+	}
+	big := `"` + strings.Repeat("x", 40<<10) + `"`
+	pb.publish(t, "messages", `"one"`, big, `"three"`)
+	drain(t, p, pb)
+	for _, node := range []string{"A", "B", "C", "D"} {
+		if net.connCall[node] != 1 {
+			t.Errorf("node %s got %d connection batches, want 1", node, net.connCall[node])
+		}
+	}
+	for _, b := range net.batches {
+		if len(b.Events) != 3 || len(b.Edges) != 10 {
+			t.Fatalf("batch carries %d events beside %d edges, want the 3 events once beside 10 edges", len(b.Events), len(b.Edges))
+		}
+		// D23: no range form, even past 32 KB.
+		if len(b.Events[1].Payload) != len(big) {
+			t.Fatal("large event not inline in a connection batch")
+		}
+	}
+	for i, in := range inboxes {
+		if got := seqs(in.items); !slices.Equal(got, []uint64{1, 2, 3}) {
+			t.Fatalf("watcher %d got %v", i, got)
+		}
+	}
+	// One copy per node: every inbox on a node shares the item.
+	if inboxes[0].items[0] != inboxes[4].items[0] {
+		t.Error("inboxes on one node should share one item per event")
+	}
+}
+
+// conformance: D07
+func TestD07_ReceivingNodeSlicesByTopicCursorFilter(t *testing.T) {
+	evs := []abi.Event{
+		{Publisher: "p/1", Topic: "a", Seq: 1, Payload: []byte(`{"u":"ann"}`)},
+		{Publisher: "p/1", Topic: "b", Seq: 2, Payload: []byte(`{"u":"bob"}`)},
+		{Publisher: "p/1", Topic: "a", Seq: 3, Payload: []byte(`{"u":"bob"}`)},
+		{Publisher: "p/1", Topic: "a", Seq: 4, Payload: []byte(`{"u":"ann","n":2}`)},
+		{Publisher: "p/1", Topic: "b", Seq: 5, Payload: []byte(`"text"`)},
+	}
+	inb := map[string]*inbox{}
+	for _, c := range []string{"all-a", "late-a", "ann-a", "b", "every", "n2"} {
+		inb[c] = &inbox{cap: 10}
+	}
+	b := &delivery.ConnBatch{Publisher: "p/1", Events: evs, Edges: []delivery.ConnEdge{
+		{Edge: 1, Conn: "all-a", Topic: "a"},
+		{Edge: 2, Conn: "late-a", Topic: "a", Cursor: 3},
+		{Edge: 3, Conn: "ann-a", Topic: "a", Filter: "u=ann"},
+		{Edge: 4, Conn: "b", Topic: "b"},
+		{Edge: 5, Conn: "every", Topic: ""},
+		{Edge: 6, Conn: "n2", Topic: "a", Filter: "u=ann&n=2"},
+		{Edge: 7, Conn: "missing", Topic: "a"},
+	}}
+	res := delivery.Slice(b, func(c string) (delivery.Inbox, bool) {
+		in, ok := inb[c]
+		return in, ok
+	})
+	want := map[string][]uint64{
+		"all-a": {1, 3, 4}, "late-a": {4}, "ann-a": {1, 4}, "b": {2, 5}, "every": {1, 2, 3, 4, 5}, "n2": {4},
+	}
+	for c, w := range want {
+		if got := seqs(inb[c].items); !slices.Equal(got, w) {
+			t.Errorf("%s got %v, want %v", c, got, w)
+		}
+	}
+	if !slices.Equal(res.Gone, []string{"missing"}) || len(res.Refused) != 0 {
+		t.Errorf("result %+v", res)
+	}
+}
+
+// conformance: D12 D13 D14
+func TestD12_InboxFullPrunesEveryEdgeOfThatConnection(t *testing.T) {
+	pb := newPub(t)
+	net := newNet()
+	p, obs := newPump(net, nil)
+	full := net.conn("A", "A.full", 2)
+	ok := net.conn("A", "A.ok", 100)
+	pb.follow(t, abi.FollowerConnection, "A.full", "A", "messages", "")
+	pb.follow(t, abi.FollowerConnection, "A.full", "A", "other", "")
+	pb.follow(t, abi.FollowerConnection, "A.ok", "A", "messages", "")
+	pb.follow(t, abi.FollowerConnection, "A.gone", "A", "messages", "")
+	pb.publish(t, "messages", `1`, `2`, `3`, `4`)
+	drain(t, p, pb)
+	if len(full.items) != 2 || len(ok.items) != 4 {
+		t.Fatalf("full got %d, ok got %d", len(full.items), len(ok.items))
+	}
+	edges := pb.edges(t)
+	if len(edges) != 1 || edges[0].Follower != "A.ok" {
+		t.Fatalf("edges left %+v, want only A.ok's", edges)
+	}
+	if obs.pruned != 3 {
+		t.Errorf("pruned %d edges, want 3 (both of A.full's, A.gone's)", obs.pruned)
+	}
+	// D14: the cursor advanced over everything sent, landed or not; a
+	// miss is not retried.
+	if edges[0].Cursor != 4 {
+		t.Errorf("cursor %d, want 4", edges[0].Cursor)
+	}
+	calls := net.connCall["A"]
+	drain(t, p, pb)
+	if net.connCall["A"] != calls {
+		t.Error("nothing is due after a round: no retry of connection batches")
+	}
+}
+
+// conformance: D14
+func TestD14_ConnectionCursorAdvancesOnMiss(t *testing.T) {
+	pb := newPub(t)
+	net := newNet()
+	p, _ := newPump(net, nil)
+	net.live["B"] = true // node B exists but has no such socket yet: a miss
+	net.conn("A", "A.1", 10)
+	pb.follow(t, abi.FollowerConnection, "A.1", "A", "t", "")
+	e := pb.follow(t, abi.FollowerConnection, "B.1", "B", "t", "u=zed")
+	pb.publish(t, "t", `{"u":"ann"}`)
+	drain(t, p, pb)
+	for _, got := range pb.edges(t) {
+		if got.ID == e.ID {
+			t.Fatalf("edge of a connection its node reported gone should be pruned: %+v", got)
+		}
+		if got.Cursor != 1 {
+			t.Fatalf("cursor %d, want 1", got.Cursor)
+		}
+	}
+}
+
+// conformance: D04
+func TestD04_NewEdgeStartsAtHead(t *testing.T) {
+	pb := newPub(t)
+	net := newNet()
+	p, _ := newPump(net, nil)
+	pb.publish(t, "t", `1`, `2`, `3`)
+	in := net.conn("A", "A.1", 10)
+	e := pb.follow(t, abi.FollowerConnection, "A.1", "A", "t", "")
+	o := pb.follow(t, abi.FollowerObject, "tally/1", "A", "t", "")
+	if e.Cursor != 3 || o.Cursor != 3 {
+		t.Fatalf("new edges start at %d/%d, want the head 3", e.Cursor, o.Cursor)
+	}
+	drain(t, p, pb)
+	if len(in.items) != 0 || len(net.received["tally/1"]) != 0 {
+		t.Fatal("something was replayed down a new edge")
+	}
+	pb.publish(t, "t", `4`)
+	drain(t, p, pb)
+	if got := seqs(in.items); !slices.Equal(got, []uint64{4}) {
+		t.Fatalf("got %v", got)
+	}
+	if got := net.received["tally/1"]; len(got) != 1 || got[0].Seq != 4 {
+		t.Fatalf("object got %v", got)
+	}
+}
+
+// conformance: D09 D22
+func TestD09_ObjectEdgesOneDeliveryEachInlineElseRange(t *testing.T) {
+	pb := newPub(t)
+	net := newNet()
+	p, _ := newPump(net, nil)
+	var rangeReads int
+	net.ranges = func(d *delivery.ObjectDelivery) []abi.Event {
+		rangeReads++
+		evs, err := delivery.ReadRange(context.Background(), pb.f.Path(), *d.Range, d.Topic, d.Filter)
+		if err != nil {
+			t.Error(err)
+		}
+		return evs
+	}
+	for i := 0; i < 50; i++ {
+		pb.follow(t, abi.FollowerObject, fmt.Sprintf("tally/%d", i), "A", "t", "")
+	}
+	pb.follow(t, abi.FollowerObject, "filtered/1", "A", "t", "k=big")
+	pb.publish(t, "t", `{"k":"small"}`)
+	drain(t, p, pb)
+	for i := 0; i < 50; i++ {
+		f := fmt.Sprintf("tally/%d", i)
+		if net.objCall[f] != 1 {
+			t.Fatalf("%s got %d deliveries, want 1", f, net.objCall[f])
+		}
+	}
+	if len(net.objects) != 50 {
+		t.Fatalf("%d deliveries for 50 followers (the filtered one matches nothing)", len(net.objects))
+	}
+	for _, d := range net.objects {
+		if d.Range != nil || len(d.Events) != 1 {
+			t.Fatalf("small event should ride inline: %+v", d)
+		}
+	}
+	// Past 32 KB in total: only the range and the filter travel.
+	net.objects = nil
+	big := `{"k":"big","pad":"` + strings.Repeat("y", 33<<10) + `"}`
+	pb.publish(t, "t", big)
+	drain(t, p, pb)
+	for _, d := range net.objects {
+		if d.Range == nil || len(d.Events) != 0 {
+			t.Fatalf("over 32 KB should carry the range: %+v", d.Range)
+		}
+	}
+	if rangeReads != 51 {
+		t.Errorf("%d ranges materialized, want 51", rangeReads)
+	}
+	got := net.received["filtered/1"]
+	if len(got) != 1 || string(got[0].Payload) != big {
+		t.Fatalf("filtered follower got %d events", len(got))
+	}
+}
+
+// conformance: D18 D19
+func TestD18_RetryScheduleThenDrop(t *testing.T) {
+	clock := newFakeClock()
+	pb := newPub(t)
+	net := newNet()
+	p, obs := newPump(net, clock)
+	pb.follow(t, abi.FollowerObject, "flaky/1", "A", "t", "")
+	pb.publish(t, "t", `1`)
+	net.fail["flaky/1"] = 1000
+	start := clock.Now()
+	var waits []time.Duration
+	next := drain(t, p, pb)
+	for !next.IsZero() {
+		waits = append(waits, next.Sub(clock.Now()))
+		clock.Advance(next.Sub(clock.Now()))
+		next = drain(t, p, pb)
+	}
+	want := []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 32 * time.Second}
+	if !slices.Equal(waits, want) {
+		t.Fatalf("waits %v, want %v", waits, want)
+	}
+	if net.objCall["flaky/1"] != 8 {
+		t.Fatalf("%d attempts, want 8", net.objCall["flaky/1"])
+	}
+	if len(pb.edges(t)) != 0 || obs.dropped != 1 {
+		t.Fatalf("edge should be dropped after the 8th failure (dropped=%d)", obs.dropped)
+	}
+	if total := clock.Now().Sub(start); total != 63500*time.Millisecond {
+		t.Errorf("dropped after %v, want 63.5s", total)
+	}
+}
+
+// conformance: D18
+func TestD18_SuccessResetsAttempts(t *testing.T) {
+	clock := newFakeClock()
+	pb := newPub(t)
+	net := newNet()
+	p, _ := newPump(net, clock)
+	pb.follow(t, abi.FollowerObject, "flaky/1", "A", "t", "")
+	pb.publish(t, "t", `1`, `2`)
+	net.fail["flaky/1"] = 2
+	for next := drain(t, p, pb); !next.IsZero(); next = drain(t, p, pb) {
+		clock.Advance(next.Sub(clock.Now()))
+	}
+	e := pb.edges(t)[0]
+	if e.Attempts != 0 || e.Cursor != 2 {
+		t.Fatalf("edge %+v", e)
+	}
+	if got := net.received["flaky/1"]; len(got) != 2 || got[0].Seq != 1 || got[1].Seq != 2 {
+		t.Fatalf("received %v", got)
+	}
+}
+
+// conformance: D20 D21
+func TestD20_FollowerRehomedIsNotAFailure(t *testing.T) {
+	pb := newPub(t)
+	net := newNet()
+	p, obs := newPump(net, nil)
+	pb.follow(t, abi.FollowerObject, "tally/1", "OLD", "t", "")
+	pb.follow(t, abi.FollowerConnection, "OLD.7", "OLD", "t", "")
+	net.located["tally/1"] = "B"
+	net.live["B"] = true
+	pb.publish(t, "t", `1`)
+	drain(t, p, pb)
+	if len(net.received["tally/1"]) != 1 {
+		t.Fatal("rehomed follower did not receive")
+	}
+	edges := pb.edges(t)
+	if len(edges) != 1 || edges[0].Node != "B" || edges[0].Attempts != 0 {
+		t.Fatalf("edges %+v: want the object edge rehomed to B with no failed attempt", edges)
+	}
+	if obs.pruned != 1 || obs.retried != 0 {
+		t.Errorf("pruned %d (want the connection of the dead node), retried %d", obs.pruned, obs.retried)
+	}
+}
+
+// conformance: D24
+func TestD24_OrderPerFollowerAcrossInlineAndRange(t *testing.T) {
+	pb := newPub(t)
+	net := newNet()
+	p, _ := newPump(net, nil)
+	net.ranges = func(d *delivery.ObjectDelivery) []abi.Event {
+		evs, _ := delivery.ReadRange(context.Background(), pb.f.Path(), *d.Range, d.Topic, d.Filter)
+		return evs
+	}
+	in := net.conn("A", "A.1", 10000)
+	remote := net.conn("B", "B.1", 10000)
+	pb.follow(t, abi.FollowerConnection, "A.1", "A", "", "")
+	pb.follow(t, abi.FollowerConnection, "B.1", "B", "", "")
+	for i := 0; i < 5; i++ {
+		pb.follow(t, abi.FollowerObject, fmt.Sprintf("o/%d", i), "A", "", "")
+	}
+	var want []uint64
+	for i := 1; i <= 1200; i++ {
+		pl := fmt.Sprintf(`"%d"`, i)
+		if i%97 == 0 {
+			pl = `"` + strings.Repeat("z", 40<<10) + `"`
+		}
+		pb.publish(t, []string{"a", "b"}[i%2], pl)
+		want = append(want, uint64(i))
+	}
+	drain(t, p, pb)
+	if got := seqs(in.items); !slices.Equal(got, want) {
+		t.Fatalf("local watcher out of order or short: %d events", len(got))
+	}
+	if got := seqs(remote.items); !slices.Equal(got, want) {
+		t.Fatalf("remote watcher out of order or short: %d events", len(got))
+	}
+	for i := 0; i < 5; i++ {
+		var got []uint64
+		for _, e := range net.received[fmt.Sprintf("o/%d", i)] {
+			got = append(got, e.Seq)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("object follower %d: %d events, out of order or short", i, len(got))
+		}
+	}
+}
+
+func TestFilterSyntax(t *testing.T) {
+	cases := []struct {
+		filter, payload string
+		want            bool
+	}{
+		{"", `anything`, true},
+		{"u=ann", `{"u":"ann"}`, true},
+		{"u=ann", `{"u":"bob"}`, false},
+		{"n=2", `{"n":2}`, true},
+		{"n=2", `{"n":"2"}`, true},
+		{"ok=true", `{"ok":true}`, true},
+		{"u=ann&n=1", `{"u":"ann","n":2}`, false},
+		{"u=ann", `not json`, false},
+	}
+	for _, c := range cases {
+		f, err := delivery.ParseFilter(c.filter)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := f.Match([]byte(c.payload)); got != c.want {
+			t.Errorf("%q on %s = %v", c.filter, c.payload, got)
+		}
+	}
+	for _, bad := range []string{"noequals", "=x", strings.Repeat("a", 2000) + "=1"} {
+		if _, err := delivery.ParseFilter(bad); err == nil {
+			t.Errorf("%q should not parse", bad)
+		}
+	}
+}
+
+func TestBackoffDefaults(t *testing.T) {
+	c := delivery.DefaultConfig()
+	if c.Inbox != 256 || c.InlineLimit != 32<<10 || c.MaxAttempts != 8 || c.RetryBase != 500*time.Millisecond {
+		t.Fatalf("defaults %+v differ from seed 000", c)
+	}
+	if c.Backoff(7) != 32*time.Second {
+		t.Fatalf("last wait %v, want 32s", c.Backoff(7))
+	}
+}

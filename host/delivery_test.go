@@ -1,0 +1,456 @@
+package host_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/durable-host/host/host"
+	"github.com/durable-host/host/vm/vmtest"
+)
+
+// dnode starts a node with the chat, tally and hostile examples uploaded.
+func dnode(t *testing.T, mutate func(*host.Config)) (*host.Node, *host.Client) {
+	t.Helper()
+	cfg := host.DefaultConfig()
+	cfg.DataDir = t.TempDir()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.VM.CacheDir = vmtest.CacheDir()
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	ctx := context.Background()
+	n, err := host.New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		n.Shutdown(sctx)
+	})
+	c := &host.Client{Base: n.URL()}
+	for _, p := range []string{"chat", "tally", "hostile"} {
+		if _, err := c.Upload(ctx, p, vmtest.Wasm(t, p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return n, c
+}
+
+func dcall(t *testing.T, c *host.Client, object, method, payload string) string {
+	t.Helper()
+	out, err := c.Call(context.Background(), object, method, []byte(payload))
+	if err != nil {
+		t.Fatalf("%s %s: %v", object, method, err)
+	}
+	return string(out)
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func waitUntil(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// metric reads one sample from /metrics; name may include labels exactly
+// as exposed, e.g. `host_edges_pruned_total{reason="socket_gone"}`.
+func metric(t *testing.T, c *host.Client, name string) float64 {
+	t.Helper()
+	resp, err := http.Get(c.Base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, name+" ") {
+			v, _ := strconv.ParseFloat(strings.TrimPrefix(line, name+" "), 64)
+			return v
+		}
+	}
+	return 0
+}
+
+func edges(t *testing.T, c *host.Client, object string) []map[string]any {
+	t.Helper()
+	var out struct {
+		Edges []map[string]any `json:"edges"`
+	}
+	id, _ := host.ParseObjectID(object)
+	if err := c.Get(context.Background(), "/v1/objects/"+id.Program+"/"+id.ID+"/edges", &out); err != nil {
+		t.Fatal(err)
+	}
+	return out.Edges
+}
+
+// watcher is a real WebSocket client that follows and collects frames.
+type watcher struct {
+	ws     *websocket.Conn
+	mu     sync.Mutex
+	frames []string
+	done   chan struct{}
+}
+
+func dial(t *testing.T, c *host.Client, attach string) *websocket.Conn {
+	t.Helper()
+	id, _ := host.ParseObjectID(attach)
+	url := "ws" + strings.TrimPrefix(c.Base, "http") + "/v1/objects/" + id.Program + "/" + id.ID + "/connect"
+	ws, _, err := websocket.Dial(context.Background(), url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws.SetReadLimit(16 << 20)
+	t.Cleanup(func() { ws.CloseNow() })
+	return ws
+}
+
+func send(t *testing.T, ws *websocket.Conn, v any) {
+	t.Helper()
+	b, _ := json.Marshal(v)
+	if err := ws.Write(context.Background(), websocket.MessageText, b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// readUntil reads frames until one has the given type; it returns it.
+func readUntil(t *testing.T, ws *websocket.Conn, typ string) map[string]any {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for {
+		_, b, err := ws.Read(ctx)
+		if err != nil {
+			t.Fatalf("waiting for %q: %v", typ, err)
+		}
+		var m map[string]any
+		if json.Unmarshal(b, &m) == nil && m["type"] == typ {
+			return m
+		}
+	}
+}
+
+// follow attaches a watcher to attach, follows publisher's topic and
+// starts collecting frames.
+func follow(t *testing.T, c *host.Client, attach, publisher, topic, params string) *watcher {
+	t.Helper()
+	ws := dial(t, c, attach)
+	send(t, ws, map[string]string{"type": "follow", "object": publisher, "topic": topic, "params": params})
+	readUntil(t, ws, "followed")
+	w := &watcher{ws: ws, done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		for {
+			_, b, err := ws.Read(context.Background())
+			if err != nil {
+				return
+			}
+			w.mu.Lock()
+			w.frames = append(w.frames, string(b))
+			w.mu.Unlock()
+		}
+	}()
+	return w
+}
+
+func (w *watcher) got() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]string(nil), w.frames...)
+}
+
+func (w *watcher) seqs(t *testing.T) []uint64 {
+	var out []uint64
+	for _, f := range w.got() {
+		var m struct {
+			Type string `json:"type"`
+			Seq  uint64 `json:"seq"`
+		}
+		if json.Unmarshal([]byte(f), &m) == nil && m.Type == "event" {
+			out = append(out, m.Seq)
+		}
+	}
+	return out
+}
+
+// conformance: D11
+func TestD11_ForwardEnvelopeWithoutVMAndEventExport(t *testing.T) {
+	n, c := dnode(t, nil)
+	// lobby is never called: if the forward path ran a VM for it, it would
+	// be activated and get a file.
+	plain := follow(t, c, "chat/lobby", "chat/room1", "messages", "")
+	shaped := follow(t, c, "hostile/shaper", "chat/room1", "messages", "")
+	dcall(t, c, "chat/room1", "post", `{"author":"ann","text":"hello"}`)
+	dcall(t, c, "chat/room1", "post", `{"author":"bob","text":"please skip this"}`)
+	dcall(t, c, "chat/room1", "post", `{"author":"cy","text":"bye"}`)
+	waitUntil(t, "3 envelopes", 10*time.Second, func() bool { return len(plain.got()) == 3 })
+	waitUntil(t, "2 shaped frames", 10*time.Second, func() bool { return len(shaped.got()) == 2 })
+	for i, f := range plain.got() {
+		var env struct {
+			Type, Publisher, Topic string
+			Seq                    uint64
+			Payload                struct{ Author, Text string }
+		}
+		if err := json.Unmarshal([]byte(f), &env); err != nil {
+			t.Fatal(err)
+		}
+		if env.Type != "event" || env.Publisher != "chat/room1" || env.Topic != "messages" || env.Seq != uint64(i+1) {
+			t.Fatalf("envelope %d: %s", i, f)
+		}
+	}
+	for _, f := range shaped.got() {
+		if !strings.HasPrefix(f, "EVENT:{") || strings.Contains(f, "skip") {
+			t.Fatalf("shaped frame %q", f)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(n.DataDir(), "objects", "chat", "lobby.db")); err == nil {
+		t.Fatal("the forward envelope path activated the connection's object")
+	}
+	if got := metric(t, c, "host_event_handler_calls_total"); got != 3 {
+		t.Errorf("event export ran %v times, want 3 (only for the shaped watcher)", got)
+	}
+	if got := metric(t, c, "host_forward_envelopes_total"); got != 3 {
+		t.Errorf("%v forward envelopes, want 3", got)
+	}
+}
+
+// conformance: D03
+func TestD03_FollowHookIsAccessControlNotRunDuringDelivery(t *testing.T) {
+	_, c := dnode(t, nil)
+	dcall(t, c, "chat/secret", "set_key", `{"key":"k1"}`)
+	ws := dial(t, c, "chat/secret")
+	send(t, ws, map[string]string{"type": "follow", "topic": "messages", "params": "wrong"})
+	e := readUntil(t, ws, "error")
+	if !strings.Contains(fmt.Sprint(e["error"]), "this room needs its key") {
+		t.Fatalf("refusal %v", e)
+	}
+	if len(edges(t, c, "chat/secret")) != 0 {
+		t.Fatal("a refused follow left an edge")
+	}
+	w := follow(t, c, "chat/secret", "chat/secret", "messages", "k1")
+	if len(edges(t, c, "chat/secret")) != 1 {
+		t.Fatal("an approved follow made no edge")
+	}
+	dcall(t, c, "chat/secret", "post", `{"text":"in"}`)
+	waitUntil(t, "delivery", 10*time.Second, func() bool { return len(w.got()) == 1 })
+
+	// The hook runs once per follow, never per delivery.
+	_, err := c.Call(context.Background(), "hostile/f1", "follow", []byte(`{"publisher":"hostile/pub","topic":"t","params":"deny"}`))
+	if ae, ok := err.(*host.APIError); !ok || ae.Status != http.StatusForbidden || !strings.Contains(ae.Message, "denied on purpose") {
+		t.Fatalf("denied follow: %v", err)
+	}
+	dcall(t, c, "hostile/f2", "follow", `{"publisher":"hostile/pub","topic":"t"}`)
+	hooks := metric(t, c, "host_follow_hooks_total")
+	for i := 0; i < 20; i++ {
+		dcall(t, c, "hostile/pub", "publish", fmt.Sprintf(`"%d"`, i))
+	}
+	waitUntil(t, "20 received", 10*time.Second, func() bool { return dcall(t, c, "hostile/f2", "received", "") != "null" && strings.Count(dcall(t, c, "hostile/f2", "received", ""), "hostile/pub") == 20 })
+	// The denied run rolled back its own write; the approved one counts.
+	if got := dcall(t, c, "hostile/pub", "hook_runs", ""); got != "1" {
+		t.Fatalf("hook recorded %s approved runs, want 1", got)
+	}
+	if after := metric(t, c, "host_follow_hooks_total"); after != hooks {
+		t.Fatalf("follow hooks went from %v to %v during delivery", hooks, after)
+	}
+}
+
+// conformance: D01 D04
+func TestD04_NoReplayAndFailedMethodPublishesNothing(t *testing.T) {
+	_, c := dnode(t, nil)
+	for i := 0; i < 5; i++ {
+		dcall(t, c, "hostile/pub", "publish", `"old"`)
+	}
+	w := follow(t, c, "chat/w", "hostile/pub", "t", "")
+	if _, err := c.Call(context.Background(), "hostile/pub", "publish_then_fail", nil); err == nil {
+		t.Fatal("publish_then_fail should fail")
+	}
+	dcall(t, c, "hostile/pub", "publish", `"new"`)
+	waitUntil(t, "one event", 10*time.Second, func() bool { return len(w.got()) >= 1 })
+	time.Sleep(50 * time.Millisecond) // let anything wrongly queued arrive
+	got := w.got()
+	if len(got) != 1 || !strings.Contains(got[0], `"seq":6`) || !strings.Contains(got[0], `"new"`) {
+		t.Fatalf("watcher got %q: want only the new event, seq 6 (the failed method took no seq)", got)
+	}
+}
+
+// conformance: D02 D13
+func TestD13_SocketGonePrunesItsEdges(t *testing.T) {
+	n, c := dnode(t, nil)
+	w1 := follow(t, c, "chat/room1", "chat/room1", "messages", "")
+	follow(t, c, "chat/room1", "chat/room1", "other", "")
+	dcall(t, c, "tally/t1", "follow", `{"publisher":"chat/room1"}`)
+	es := edges(t, c, "chat/room1")
+	if len(es) != 3 {
+		t.Fatalf("edges %v", es)
+	}
+	for _, e := range es {
+		if e["node"] != n.ID() {
+			t.Fatalf("edge does not record the follower's node: %v", e)
+		}
+	}
+	w1.ws.Close(websocket.StatusNormalClosure, "bye")
+	waitUntil(t, "the closed socket's edge pruned", 10*time.Second, func() bool { return len(edges(t, c, "chat/room1")) == 2 })
+	if metric(t, c, `host_edges_pruned_total{reason="socket_gone"}`) < 1 {
+		t.Error("prune not counted")
+	}
+	dcall(t, c, "chat/room1", "post", `{"text":"still works"}`)
+	waitUntil(t, "tally counts", 10*time.Second, func() bool { return strings.Contains(dcall(t, c, "tally/t1", "counts", ""), `"total":1`) })
+}
+
+// conformance: D10 D12
+func TestD12_SlowSocketFallsBehindAndStaysOpen(t *testing.T) {
+	_, c := dnode(t, nil)
+	ws := dial(t, c, "chat/slow")
+	send(t, ws, map[string]string{"type": "follow", "object": "hostile/pub", "topic": "t"})
+	send(t, ws, map[string]string{"type": "follow", "object": "hostile/pub", "topic": "u"})
+	readUntil(t, ws, "followed")
+	readUntil(t, ws, "followed")
+	fast := follow(t, c, "chat/fast", "hostile/pub", "t", "")
+	// The slow client reads nothing: the socket buffers fill, then its 256
+	// inbox items, then the delivery is refused.
+	const events = 700
+	for i := 0; i < events; i++ {
+		dcall(t, c, "hostile/pub", "publish", `{"topic":"t","size":30000}`)
+	}
+	waitUntil(t, "the slow connection's edges pruned", 20*time.Second, func() bool { return len(edges(t, c, "hostile/pub")) == 1 })
+	waitUntil(t, "the fast watcher gets everything", 20*time.Second, func() bool { return len(fast.seqs(t)) == events })
+	// The socket stays open: the client reads its backlog, learns it fell
+	// behind, and can still talk.
+	behind := readUntil(t, ws, "behind")
+	if !strings.Contains(fmt.Sprint(behind["error"]), "inbox full") {
+		t.Fatalf("behind frame %v", behind)
+	}
+	send(t, ws, map[string]string{"type": "ping"})
+	readUntil(t, ws, "pong")
+	if metric(t, c, `host_edges_pruned_total{reason="connection"}`) != 2 {
+		t.Error("both edges of the refused connection should be pruned")
+	}
+}
+
+// conformance: D15 D16
+func TestD15_ObjectFollowerExactlyOnceEffect(t *testing.T) {
+	_, c := dnode(t, nil)
+	dcall(t, c, "tally/t1", "follow", `{"publisher":"chat/room1"}`)
+	dcall(t, c, "tally/t2", "follow", `{"publisher":"chat/room1","filter":"author=ann"}`)
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 50; i++ {
+				author := []string{"ann", "bob"}[i%2]
+				if _, err := c.Call(context.Background(), "chat/room1", "post", []byte(fmt.Sprintf(`{"author":%q,"text":"m%d"}`, author, i))); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	waitUntil(t, "200 counted", 20*time.Second, func() bool {
+		return dcall(t, c, "tally/t1", "counts", "") == `{"authors":{"ann":100,"bob":100},"duplicates":0,"total":200}`
+	})
+	waitUntil(t, "ann's 100 counted", 20*time.Second, func() bool {
+		return dcall(t, c, "tally/t2", "counts", "") == `{"authors":{"ann":100},"duplicates":0,"total":100}`
+	})
+}
+
+// conformance: D05 D18 D19
+func TestD18_FailingFollowerBacksOffThenIsDropped(t *testing.T) {
+	_, c := dnode(t, func(cfg *host.Config) {
+		cfg.Delivery.RetryBase = 20 * time.Millisecond
+		cfg.Delivery.MaxAttempts = 3
+		cfg.VM.Budget = time.Second
+	})
+	dcall(t, c, "hostile/f", "follow", `{"publisher":"hostile/pub","topic":"t"}`)
+	dcall(t, c, "hostile/g", "follow", `{"publisher":"hostile/pub","topic":"t"}`)
+	// A handler past its budget is a failed attempt. The publisher's call
+	// returns at once: delivery runs after, between its calls.
+	start := time.Now()
+	dcall(t, c, "hostile/pub", "publish", `"loop"`)
+	if d := time.Since(start); d > 500*time.Millisecond {
+		t.Fatalf("publish took %v: delivery ran inside the method", d)
+	}
+	// While the followers spin, the publisher still answers.
+	dcall(t, c, "hostile/pub", "hook_runs", "")
+	waitUntil(t, "both edges dropped", 30*time.Second, func() bool { return len(edges(t, c, "hostile/pub")) == 0 })
+	if got := metric(t, c, "host_edges_dropped_total"); got != 2 {
+		t.Errorf("dropped %v edges, want 2", got)
+	}
+	if got := metric(t, c, "host_delivery_retries_total"); got != 4 {
+		t.Errorf("%v retries, want 4 (2 per edge before the 3rd failure)", got)
+	}
+	// An error return is a failure too.
+	dcall(t, c, "hostile/h", "follow", `{"publisher":"hostile/pub","topic":"t"}`)
+	dcall(t, c, "hostile/pub", "publish", `"fail"`)
+	waitUntil(t, "edge dropped", 30*time.Second, func() bool { return len(edges(t, c, "hostile/pub")) == 0 })
+	if got := dcall(t, c, "hostile/h", "received", ""); got != "null" {
+		t.Fatalf("failed handler left effects: %s", got)
+	}
+}
+
+// conformance: D09 D22 D24
+func TestD24_OrderWithSmallAndLargeEventsAndManyFollowers(t *testing.T) {
+	_, c := dnode(t, nil)
+	var ws []*watcher
+	for i := 0; i < 3; i++ {
+		ws = append(ws, follow(t, c, "chat/w", "hostile/pub", "t", ""))
+	}
+	for i := 0; i < 4; i++ {
+		dcall(t, c, fmt.Sprintf("hostile/f%d", i), "follow", `{"publisher":"hostile/pub","topic":"t"}`)
+	}
+	const events = 60
+	for i := 1; i <= events; i++ {
+		body := fmt.Sprintf(`{"topic":"t","payload":%d}`, i)
+		if i%7 == 0 {
+			body = `{"topic":"t","size":40000}`
+		}
+		dcall(t, c, "hostile/pub", "publish", body)
+	}
+	for i, w := range ws {
+		waitUntil(t, "watcher gets all", 20*time.Second, func() bool { return len(w.seqs(t)) == events })
+		for k, s := range w.seqs(t) {
+			if s != uint64(k+1) {
+				t.Fatalf("watcher %d: event %d has seq %d", i, k, s)
+			}
+		}
+	}
+	for i := 0; i < 4; i++ {
+		f := fmt.Sprintf("hostile/f%d", i)
+		var got []string
+		waitUntil(t, "follower gets all", 20*time.Second, func() bool {
+			got = nil
+			json.Unmarshal([]byte(dcall(t, c, f, "received", "")), &got)
+			return len(got) == events
+		})
+		for k, line := range got {
+			fields := strings.Fields(line)
+			if fields[2] != strconv.Itoa(k+1) {
+				t.Fatalf("%s: event %d is %q", f, k, line)
+			}
+		}
+	}
+	if metric(t, c, "host_ranges_materialized_total") == 0 {
+		t.Error("large events should travel as ranges and be materialized")
+	}
+}
