@@ -277,6 +277,24 @@ Example: host watch chat/room1 --topic messages`,
 				},
 			},
 			{
+				Name:  "examples",
+				Usage: "build the example programs into examples/wasm/out (Go; Rust when Debian's rustc with the wasm32 target is installed)",
+				Action: func(c *cli.Context) error {
+					out := filepath.Join(examples.SourceDir(), "out")
+					_, rerr := examples.Rustc()
+					built, err := examples.Build(c.Context, out, examples.Options{SkipRust: rerr != nil})
+					for _, b := range built {
+						if fi, serr := os.Stat(b.Path); serr == nil {
+							fmt.Fprintf(stdout, "%-16s %8d bytes  %s\n", b.Name, fi.Size(), b.Path)
+						}
+					}
+					if rerr != nil {
+						fmt.Fprintf(stdout, "(Rust examples skipped: %v)\n", rerr)
+					}
+					return err
+				},
+			},
+			{
 				Name:      "programs",
 				Usage:     "list programs (the latest version of each), or every version of one",
 				ArgsUsage: "[NAME]",
