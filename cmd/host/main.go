@@ -101,6 +101,9 @@ Then:        host call counter/c1 inc`,
 		Writer:          stdout,
 		ErrWriter:       stderr,
 		HideHelpCommand: true,
+		// Errors come back from Run; run prints them and returns the code,
+		// so the CLI never exits the process from inside.
+		ExitErrHandler: func(*cli.Context, error) {},
 		Commands: []*cli.Command{
 			{
 				Name:  "serve",
