@@ -265,7 +265,9 @@ func TestD03_FollowHookIsAccessControlNotRunDuringDelivery(t *testing.T) {
 	for i := 0; i < 20; i++ {
 		dcall(t, c, "hostile/pub", "publish", fmt.Sprintf(`"%d"`, i))
 	}
-	waitUntil(t, "20 received", 10*time.Second, func() bool { return dcall(t, c, "hostile/f2", "received", "") != "null" && strings.Count(dcall(t, c, "hostile/f2", "received", ""), "hostile/pub") == 20 })
+	waitUntil(t, "20 received", 10*time.Second, func() bool {
+		return dcall(t, c, "hostile/f2", "received", "") != "null" && strings.Count(dcall(t, c, "hostile/f2", "received", ""), "hostile/pub") == 20
+	})
 	// The denied run rolled back its own write; the approved one counts.
 	if got := dcall(t, c, "hostile/pub", "hook_runs", ""); got != "1" {
 		t.Fatalf("hook recorded %s approved runs, want 1", got)

@@ -77,8 +77,11 @@ fn register(p: &mut Program) {
     });
     p.json_method("history", &HISTORY, |a| {
         let mut limit = a.int("limit");
-        if limit <= 0 || limit > 1000 {
+        if limit <= 0 {
             limit = 50;
+        }
+        if limit > 1000 {
+            limit = 1000;
         }
         let n = host_sdk::get_int("count");
         let mut out = Vec::new();

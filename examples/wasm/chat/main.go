@@ -51,9 +51,10 @@ func init() {
 	sdk.JSONMethod("history", func(in struct {
 		Limit int `json:"limit"`
 	}) ([]message, error) {
-		if in.Limit <= 0 || in.Limit > 1000 {
+		if in.Limit <= 0 {
 			in.Limit = 50
 		}
+		in.Limit = min(in.Limit, 1000)
 		n := sdk.GetInt("count")
 		out := []message{}
 		for i := n - int64(in.Limit) + 1; i <= n; i++ {
