@@ -127,6 +127,13 @@ func (f *File) Path() string { return f.path }
 
 // Close closes the file.
 func (f *File) Close() error {
+	// Statements prepared on the connection keep it (and its three file
+	// descriptors) open until they are closed.
+	for _, st := range []*sql.Stmt{f.get, f.put, f.del, f.scan, f.appendLog, f.head, f.cursorGet, f.cursorPut} {
+		if st != nil {
+			st.Close()
+		}
+	}
 	if f.conn != nil {
 		f.conn.Close()
 	}

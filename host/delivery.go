@@ -2,14 +2,20 @@ package host
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/durable-host/host/abi"
 	"github.com/durable-host/host/delivery"
+	"github.com/durable-host/host/vm"
 )
 
 // followLockWait bounds how long a follow waits for the publisher's lock;
@@ -126,33 +132,6 @@ func (p publisher) Between(ctx context.Context, f func(*delivery.Tx) error) erro
 	return tx.Commit()
 }
 
-// membership is the single-node view: this node is the only live one, and
-// every object lives here.
-type membership struct{ n *Node }
-
-func (m membership) Self() string        { return m.n.id }
-func (m membership) Live(id string) bool { return id == m.n.id }
-func (m membership) Locate(context.Context, string) (string, error) {
-	return m.n.id, nil
-}
-
-// transport delivers to this node directly.
-type transport struct{ n *Node }
-
-func (t transport) Connections(_ context.Context, node string, b *delivery.ConnBatch) (delivery.ConnResult, error) {
-	if node != t.n.id {
-		return delivery.ConnResult{}, fmt.Errorf("no route to node %s", node)
-	}
-	return delivery.Slice(b, t.n.conns.lookup), nil
-}
-
-func (t transport) Object(ctx context.Context, node string, d *delivery.ObjectDelivery) (delivery.ObjectResult, error) {
-	if node != t.n.id {
-		return delivery.ObjectResult{}, fmt.Errorf("no route to node %s", node)
-	}
-	return t.n.receive(ctx, d)
-}
-
 // receive runs a durable delivery on the follower: for each event in order,
 // skip it if the follower's receive cursor is at or past it, else run the
 // receive handler and advance the cursor in the handler's own transaction.
@@ -240,10 +219,13 @@ func (o *object) receiveOne(ctx context.Context, topic string, ev *abi.Event) er
 }
 
 // materialize reads a ranged delivery through the read path: this node's own
-// copy of the publisher's file. (The holder and shipped replicas come with
-// the cluster.)
+// copy of the publisher's file, else the publisher's home. (Shipped
+// replicas come with the replica package.)
 func (n *Node) materialize(ctx context.Context, pub ObjectID, d *delivery.ObjectDelivery) ([]abi.Event, error) {
 	evs, err := delivery.ReadRange(ctx, n.objectPath(pub), *d.Range, d.Topic, d.Filter)
+	if errors.Is(err, delivery.ErrNoLog) {
+		evs, err = n.materializeRemote(ctx, pub, d)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("materialize %s (%d, %d]: %w", pub, d.Range.After, d.Range.Through, err)
 	}
@@ -257,9 +239,10 @@ func (n *Node) materialize(ctx context.Context, pub ObjectID, d *delivery.Object
 // FollowResult is an approved follow.
 type FollowResult = delivery.Edge
 
-// Follow asks publisher to admit a follower: the publisher's follow hook runs
-// (once, now, never during delivery) and on approval an edge is recorded at
-// the log's head.
+// Follow asks publisher to admit a follower living on this node: the
+// publisher's follow hook runs (once, now, never during delivery) on the
+// publisher's home, and on approval an edge is recorded at the log's head,
+// naming this node as the follower's.
 func (n *Node) Follow(ctx context.Context, publisherID ObjectID, req abi.FollowRequest) (delivery.Edge, error) {
 	if err := publisherID.Validate(); err != nil {
 		return delivery.Edge{}, err
@@ -277,6 +260,31 @@ func (n *Node) Follow(ctx context.Context, publisherID ObjectID, req abi.FollowR
 		return delivery.Edge{}, err
 	}
 	req.Publisher = publisherID.String()
+	var e delivery.Edge
+	err := n.onHome(ctx, publisherID, func() error {
+		var err error
+		e, err = n.followLocal(ctx, publisherID, req, n.id)
+		return err
+	}, func(node string) error {
+		m := nats.NewMsg("")
+		objectHeader(m, publisherID)
+		m.Header.Set(hdrArg, n.id)
+		m.Data = abi.AppendFollowRequest(nil, &req)
+		reply, err := n.request(ctx, node, opFollow, m, n.remoteTimeout())
+		if err != nil {
+			var re *remoteError
+			if errors.As(err, &re) && re.status == 403 {
+				return &vm.RefusedError{Reason: strings.TrimPrefix(re.msg, "follow refused: ")}
+			}
+			return err
+		}
+		return json.Unmarshal(reply.Data, &e)
+	})
+	return e, err
+}
+
+// followLocal runs the follow on the publisher's home.
+func (n *Node) followLocal(ctx context.Context, publisherID ObjectID, req abi.FollowRequest, followerNode string) (delivery.Edge, error) {
 	o, err := n.objects.acquire(publisherID)
 	if err != nil {
 		return delivery.Edge{}, err
@@ -308,8 +316,7 @@ func (n *Node) Follow(ctx context.Context, publisherID ObjectID, req abi.FollowR
 		tx.Rollback()
 		return delivery.Edge{}, err
 	}
-	node := n.id
-	e, err := tx.AddEdge(req.Kind, req.Follower, node, req.Topic, req.Filter, time.Now())
+	e, err := tx.AddEdge(req.Kind, req.Follower, followerNode, req.Topic, req.Filter, time.Now())
 	if err != nil {
 		tx.Rollback()
 		return delivery.Edge{}, err
@@ -324,6 +331,25 @@ func (n *Node) Follow(ctx context.Context, publisherID ObjectID, req abi.FollowR
 // Unfollow removes a follower's edge on publisher's topic.
 func (n *Node) Unfollow(ctx context.Context, publisherID ObjectID, kind abi.FollowerKind, follower, topic string) (bool, error) {
 	var removed bool
+	err := n.onHome(ctx, publisherID, func() error {
+		var err error
+		removed, err = n.unfollowLocal(ctx, publisherID, kind, follower, topic)
+		return err
+	}, func(node string) error {
+		m := nats.NewMsg("")
+		objectHeader(m, publisherID)
+		m.Data = abi.AppendFollowRequest(nil, &abi.FollowRequest{Kind: kind, Follower: follower, Topic: topic})
+		reply, err := n.request(ctx, node, opUnfollow, m, n.remoteTimeout())
+		if err == nil {
+			removed = string(reply.Data) == "true"
+		}
+		return err
+	})
+	return removed, err
+}
+
+func (n *Node) unfollowLocal(ctx context.Context, publisherID ObjectID, kind abi.FollowerKind, follower, topic string) (bool, error) {
+	var removed bool
 	err := n.between(ctx, publisherID, func(tx *delivery.Tx) error {
 		var err error
 		removed, err = tx.RemoveEdge(kind, follower, topic)
@@ -334,6 +360,28 @@ func (n *Node) Unfollow(ctx context.Context, publisherID ObjectID, kind abi.Foll
 
 // RemoveEdge removes an edge by id (an operator's unfollow).
 func (n *Node) RemoveEdge(ctx context.Context, publisherID ObjectID, id int64) (bool, error) {
+	if err := publisherID.Validate(); err != nil {
+		return false, err
+	}
+	var removed bool
+	err := n.onHome(ctx, publisherID, func() error {
+		var err error
+		removed, err = n.removeEdgeLocal(ctx, publisherID, id)
+		return err
+	}, func(node string) error {
+		m := nats.NewMsg("")
+		objectHeader(m, publisherID)
+		m.Data = []byte(strconv.FormatInt(id, 10))
+		reply, err := n.request(ctx, node, opRmEdge, m, n.remoteTimeout())
+		if err == nil {
+			removed = string(reply.Data) == "true"
+		}
+		return err
+	})
+	return removed, err
+}
+
+func (n *Node) removeEdgeLocal(ctx context.Context, publisherID ObjectID, id int64) (bool, error) {
 	var removed bool
 	err := n.between(ctx, publisherID, func(tx *delivery.Tx) error {
 		var err error
@@ -348,10 +396,24 @@ func (n *Node) RemoveEdge(ctx context.Context, publisherID ObjectID, id int64) (
 
 // Edges lists a publisher's edges.
 func (n *Node) Edges(ctx context.Context, publisherID ObjectID) ([]delivery.Edge, error) {
+	if err := publisherID.Validate(); err != nil {
+		return nil, err
+	}
+	if _, err := n.programs.latest(ctx, publisherID.Program); err != nil {
+		return nil, err
+	}
 	var edges []delivery.Edge
-	err := n.between(ctx, publisherID, func(tx *delivery.Tx) error {
+	err := n.onHome(ctx, publisherID, func() error {
 		var err error
-		edges, err = tx.Edges()
+		edges, err = n.edgesLocal(ctx, publisherID)
+		return err
+	}, func(node string) error {
+		m := nats.NewMsg("")
+		objectHeader(m, publisherID)
+		reply, err := n.request(ctx, node, opEdges, m, n.remoteTimeout())
+		if err == nil {
+			err = json.Unmarshal(reply.Data, &edges)
+		}
 		return err
 	})
 	if edges == nil {
@@ -360,9 +422,35 @@ func (n *Node) Edges(ctx context.Context, publisherID ObjectID) ([]delivery.Edge
 	return edges, err
 }
 
+func (n *Node) edgesLocal(ctx context.Context, publisherID ObjectID) ([]delivery.Edge, error) {
+	var edges []delivery.Edge
+	err := n.between(ctx, publisherID, func(tx *delivery.Tx) error {
+		var err error
+		edges, err = tx.Edges()
+		return err
+	})
+	return edges, err
+}
+
 // pruneConnection removes every edge conn holds on publisher: its socket is
 // gone.
 func (n *Node) pruneConnection(ctx context.Context, publisherID ObjectID, conn string) {
+	err := n.onHome(ctx, publisherID, func() error {
+		n.pruneLocal(ctx, publisherID, conn)
+		return nil
+	}, func(node string) error {
+		m := nats.NewMsg("")
+		objectHeader(m, publisherID)
+		m.Data = []byte(conn)
+		_, err := n.request(ctx, node, opPrune, m, 10*time.Second)
+		return err
+	})
+	if err != nil && !errors.Is(err, ErrShuttingDown) {
+		n.log.Debug("prune connection", slog.String("conn", conn), slog.Any("err", err))
+	}
+}
+
+func (n *Node) pruneLocal(ctx context.Context, publisherID ObjectID, conn string) {
 	err := n.between(ctx, publisherID, func(tx *delivery.Tx) error {
 		k, err := tx.RemoveFollower(abi.FollowerConnection, conn)
 		if k > 0 {

@@ -15,6 +15,7 @@ import (
 func (n *Node) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", n.handleHealth)
+	mux.HandleFunc("GET /v1/cluster", n.handleCluster)
 	mux.Handle("GET /metrics", n.metrics.handler())
 	mux.HandleFunc("PUT /v1/programs/{name}", n.handleUpload)
 	mux.HandleFunc("GET /v1/programs", n.handleListPrograms)
@@ -48,7 +49,10 @@ func statusOf(err error) int {
 	var te *vm.TrapError
 	var re *vm.RefusedError
 	var mbe *http.MaxBytesError
+	var rerr *remoteError
 	switch {
+	case errors.As(err, &rerr) && rerr.status >= 400:
+		return rerr.status
 	case errors.Is(err, ErrBadRequest), errors.Is(err, vm.ErrBadRequest):
 		return http.StatusBadRequest
 	case errors.Is(err, ErrUnknownProgram), errors.Is(err, ErrUnknownObject),
@@ -66,22 +70,26 @@ func statusOf(err error) int {
 		return http.StatusGatewayTimeout
 	case errors.As(err, &te):
 		return http.StatusInternalServerError
-	case errors.Is(err, ErrShuttingDown), errors.Is(err, ErrUnavailable):
+	case errors.Is(err, ErrShuttingDown), errors.Is(err, ErrUnavailable), errors.Is(err, ErrObjectUnavailable):
 		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError
 }
 
 func (n *Node) fail(w http.ResponseWriter, err error) {
-	st := statusOf(err)
+	writeJSON(w, statusOf(err), map[string]string{"error": n.apiMessage(err)})
+}
+
+// apiMessage is the message a client sees for err, here or forwarded.
+func (n *Node) apiMessage(err error) string {
 	if errors.Is(err, vm.ErrBudget) {
-		err = fmt.Errorf("%w (%s); the call was cancelled and rolled back", err, n.cfg.VM.Budget)
+		return fmt.Sprintf("%v (%s); the call was cancelled and rolled back", err, n.cfg.VM.Budget)
 	}
 	var ge *vm.GuestError
 	if errors.As(err, &ge) {
-		err = fmt.Errorf("method failed: %s", ge.Message)
+		return "method failed: " + ge.Message
 	}
-	writeError(w, st, err)
+	return err.Error()
 }
 
 func (n *Node) handleHealth(w http.ResponseWriter, r *http.Request) {

@@ -30,6 +30,8 @@ type metrics struct {
 	envelopes    prometheus.Counter
 	frames       prometheus.Counter
 	conns        prometheus.Gauge
+	remoteCalls  *prometheus.CounterVec // op
+	remoteBytes  *prometheus.CounterVec // op
 
 	log *slog.Logger
 }
@@ -64,6 +66,13 @@ func newMetrics() *metrics {
 	m.envelopes = prometheus.NewCounter(prometheus.CounterOpts{Name: "host_forward_envelopes_total", Help: "Connection events written as the forward envelope (no VM)."})
 	m.frames = prometheus.NewCounter(prometheus.CounterOpts{Name: "host_socket_frames_total", Help: "Frames written to WebSockets."})
 	m.conns = prometheus.NewGauge(prometheus.GaugeOpts{Name: "host_connections", Help: "Open WebSocket connections."})
+	m.remoteCalls = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "host_internode_calls_total", Help: "Inter-node requests sent, by kind (conns = a connection batch, deliver = an object delivery, call, follow, range ...).",
+	}, []string{"kind"})
+	m.remoteBytes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "host_internode_bytes_total", Help: "Bytes of inter-node requests sent, by kind.",
+	}, []string{"kind"})
+	m.reg.MustRegister(m.remoteCalls, m.remoteBytes)
 	m.reg.MustRegister(calls, m.callSecs, m.deliveries, m.deliveredEvs, m.pruned, m.retries, m.dropped,
 		m.received, m.materialized, m.followHooks, m.eventCalls, m.envelopes, m.frames, m.conns,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
@@ -111,4 +120,9 @@ func (m *metrics) Dropped(publisher string, e delivery.Edge, lastErr string) {
 
 func (m *metrics) handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+func (m *metrics) observeRemote(op string, bytes int) {
+	m.remoteCalls.WithLabelValues(op).Inc()
+	m.remoteBytes.WithLabelValues(op).Add(float64(bytes))
 }

@@ -56,12 +56,17 @@ func startNATS(cfg NATSConfig, storeDir string, log *slog.Logger) (*natsConn, er
 		StoreDir:   storeDir,
 		NoSigs:     true,
 		NoLog:      true,
+		// Calls forward payloads up to the node's limit plus headers.
+		MaxPayload: 8 << 20,
 	}
 	switch {
 	case cfg.Listen != "":
 		h, p, err := hostPort(cfg.Listen)
 		if err != nil {
 			return nil, fmt.Errorf("nats listen %q: %w", cfg.Listen, err)
+		}
+		if p == 0 {
+			p = server.RANDOM_PORT
 		}
 		opts.Host, opts.Port = h, p
 	case cfg.Cluster != "":

@@ -21,6 +21,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/durable-host/host/delivery"
 	"github.com/durable-host/host/vm"
 )
@@ -49,6 +51,13 @@ type Config struct {
 	NATS NATSConfig
 	// Demo serves the chat demo page at / (host dev turns it on).
 	Demo bool
+	// LeaseTTL: a node that has not renewed its lease for this long is
+	// gone for good. Heartbeat renews it.
+	LeaseTTL  time.Duration
+	Heartbeat time.Duration
+	// KVReplicas is the replication of the cluster's JetStream buckets when
+	// using an external NATS (--nats-url); the embedded cluster derives it.
+	KVReplicas int
 	// Logger is the node's logger.
 	Logger *slog.Logger
 }
@@ -73,6 +82,9 @@ func DefaultConfig() Config {
 		IdleTimeout:      DefaultIdleTimeout,
 		MaxPayload:       DefaultMaxPayload,
 		Delivery:         delivery.DefaultConfig(),
+		LeaseTTL:         DefaultLeaseTTL,
+		Heartbeat:        DefaultHeartbeat,
+		KVReplicas:       1,
 		Logger:           slog.Default(),
 	}
 }
@@ -88,6 +100,9 @@ func (c Config) Validate() error {
 	}
 	if c.IdleTimeout <= 0 {
 		errs = append(errs, errors.New("idle timeout must be positive"))
+	}
+	if c.Heartbeat <= 0 || c.LeaseTTL < 2*c.Heartbeat {
+		errs = append(errs, errors.New("lease TTL must be at least two heartbeats"))
 	}
 	if c.MaxPayload < 1 {
 		errs = append(errs, errors.New("max payload must be positive"))
@@ -118,32 +133,40 @@ var (
 type Node struct {
 	cfg      Config
 	id       string
+	started  time.Time
 	log      *slog.Logger
 	db       *sql.DB
 	engine   *vm.Engine
 	programs *programs
 	objects  *objects
 	nats     *natsConn
+	cluster  *cluster
 	metrics  *metrics
 	dcfg     delivery.Config
 	pump     *delivery.Pump
 	conns    *conns
+	subs     []*nats.Subscription
 	// pumps counts running pump goroutines, waited for at shutdown;
 	// pumpMu guards adding to it against stopping.
 	pumps    sync.WaitGroup
 	pumpMu   sync.Mutex
 	stopping bool
+	rpcs     sync.WaitGroup // inter-node requests being served
 
 	httpSrv *http.Server
 	ln      net.Listener
 
-	stop     chan struct{}
-	wg       sync.WaitGroup
-	shutOnce sync.Once
+	stop      chan struct{}
+	lost      chan struct{} // closed when the lease is lost
+	lostOnce  sync.Once
+	wg        sync.WaitGroup
+	shutOnce  sync.Once
+	cancelBg  context.CancelFunc
+	bgContext context.Context
 }
 
-// New opens the node's storage, starts its engine and NATS, but does not
-// listen yet (see Start).
+// New opens the node's storage, starts its engine and NATS, binds its HTTP
+// address and joins the cluster under a fresh id. Start serves.
 func New(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -158,37 +181,48 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		cfg.VM.CacheDir = filepath.Join(cfg.DataDir, "cache")
 	}
 	cfg.VM.Logger = cfg.Logger
-	n := &Node{cfg: cfg, id: newNodeID(), stop: make(chan struct{})}
+	n := &Node{cfg: cfg, id: newNodeID(), started: time.Now().UTC(), stop: make(chan struct{}), lost: make(chan struct{})}
+	n.bgContext, n.cancelBg = context.WithCancel(context.Background())
 	n.log = cfg.Logger.With(slog.String("node", n.id))
 	n.metrics = newMetrics()
 	n.metrics.log = n.log
-	var err error
-	defer func() {
-		if err != nil {
-			n.closeParts(context.Background())
-		}
-	}()
-	if n.db, err = sql.Open("sqlite", "file:"+filepath.Join(cfg.DataDir, "node.db")+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)"); err != nil {
-		return nil, err
-	}
-	n.db.SetMaxOpenConns(1)
-	if n.engine, err = vm.New(ctx, cfg.VM); err != nil {
-		return nil, err
-	}
-	if n.programs, err = openPrograms(ctx, cfg.DataDir, n.db, n.engine); err != nil {
-		return nil, fmt.Errorf("programs: %w", err)
-	}
 	n.objects = newObjects(n)
 	n.conns = newConns()
 	n.dcfg = cfg.Delivery
-	n.pump = delivery.NewPump(cfg.Delivery, transport{n}, membership{n}, n.metrics, n.log)
-	if _, err = n.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS publishers (object TEXT PRIMARY KEY)`); err != nil {
+	if err := n.open(ctx); err != nil {
+		n.closeParts(context.Background())
 		return nil, err
 	}
-	if n.nats, err = startNATS(cfg.NATS, filepath.Join(cfg.DataDir, "nats"), n.log); err != nil {
-		return nil, fmt.Errorf("nats: %w", err)
-	}
 	return n, nil
+}
+
+func (n *Node) open(ctx context.Context) error {
+	cfg := n.cfg
+	var err error
+	if n.db, err = sql.Open("sqlite", "file:"+filepath.Join(cfg.DataDir, "node.db")+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)"); err != nil {
+		return err
+	}
+	n.db.SetMaxOpenConns(1)
+	if _, err = n.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS publishers (object TEXT PRIMARY KEY)`); err != nil {
+		return fmt.Errorf("node database: %w", err)
+	}
+	if n.engine, err = vm.New(ctx, cfg.VM); err != nil {
+		return err
+	}
+	if n.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	if n.nats, err = startNATS(cfg.NATS, filepath.Join(cfg.DataDir, "nats"), n.log); err != nil {
+		return fmt.Errorf("nats: %w", err)
+	}
+	if n.cluster, err = newCluster(ctx, n); err != nil {
+		return err
+	}
+	if n.programs, err = openPrograms(ctx, cfg.DataDir, n.cluster.js, n.cluster.replicas, n.engine); err != nil {
+		return fmt.Errorf("programs: %w", err)
+	}
+	n.pump = delivery.NewPump(cfg.Delivery, remoteTransport{n}, clusterMembership{n}, n.metrics, n.log)
+	return n.subscribe()
 }
 
 // newNodeID returns a fresh random id; ids are never reused.
@@ -204,18 +238,17 @@ func (n *Node) DataDir() string { return n.cfg.DataDir }
 // ID returns the node's id.
 func (n *Node) ID() string { return n.id }
 
-// Start listens on cfg.Listen and serves the API until Shutdown.
+// LeaseLost is closed when the node lost its cluster lease: it has shut
+// down and must be started again, under a new id.
+func (n *Node) LeaseLost() <-chan struct{} { return n.lost }
+
+// Start serves the API until Shutdown.
 func (n *Node) Start() error {
-	ln, err := net.Listen("tcp", n.cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("listen %s: %w", n.cfg.Listen, err)
-	}
-	n.ln = ln
 	n.httpSrv = &http.Server{Handler: n.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	n.wg.Add(2)
+	n.wg.Add(3)
 	go func() {
 		defer n.wg.Done()
-		if err := n.httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := n.httpSrv.Serve(n.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			n.log.Error("http server stopped", slog.Any("err", err))
 		}
 	}()
@@ -223,18 +256,36 @@ func (n *Node) Start() error {
 		defer n.wg.Done()
 		n.reaper()
 	}()
+	go func() {
+		defer n.wg.Done()
+		n.programs.watch(n.bgContext)
+	}()
 	if err := n.resumePublishers(context.Background()); err != nil {
 		n.log.Warn("resume deliveries", slog.Any("err", err))
 	}
-	n.log.Info("node started", slog.String("http", "http://"+ln.Addr().String()), slog.String("data", n.cfg.DataDir))
+	n.log.Info("node started", slog.String("http", n.URL()), slog.String("data", n.cfg.DataDir))
 	return nil
 }
 
-// Addr returns the HTTP listen address once started.
+// Addr returns the HTTP listen address.
 func (n *Node) Addr() string { return n.ln.Addr().String() }
 
-// URL returns the node's base URL once started.
+// URL returns the node's base URL.
 func (n *Node) URL() string { return "http://" + n.Addr() }
+
+func (n *Node) advertisedURL() string { return n.URL() }
+
+// leaseLost shuts the node down: its id is gone for good.
+func (n *Node) leaseLost() {
+	n.lostOnce.Do(func() {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			n.Shutdown(ctx)
+			close(n.lost)
+		}()
+	})
+}
 
 func (n *Node) reaper() {
 	tick := min(n.cfg.IdleTimeout/4, 30*time.Second)
@@ -253,7 +304,8 @@ func (n *Node) reaper() {
 }
 
 // Shutdown stops accepting requests, lets running calls finish (until ctx
-// ends), then closes every object, the engine and NATS.
+// ends), then leaves the cluster and closes every object, the engine and
+// NATS.
 func (n *Node) Shutdown(ctx context.Context) error {
 	var err error
 	n.shutOnce.Do(func() {
@@ -261,7 +313,15 @@ func (n *Node) Shutdown(ctx context.Context) error {
 			err = n.httpSrv.Shutdown(ctx)
 		}
 		close(n.stop)
+		for _, s := range n.subs {
+			s.Unsubscribe()
+		}
+		n.rpcs.Wait()
 		n.conns.closeAll()
+		if n.cluster != nil {
+			n.cluster.close()
+		}
+		n.cancelBg()
 		n.wg.Wait()
 		n.pumpMu.Lock()
 		n.stopping = true
@@ -285,6 +345,9 @@ func (n *Node) closeParts(ctx context.Context) {
 	}
 	if n.nats != nil {
 		n.nats.close()
+	}
+	if n.ln != nil && n.httpSrv == nil {
+		n.ln.Close()
 	}
 	if n.db != nil {
 		n.db.Close()
@@ -310,7 +373,8 @@ func (n *Node) Programs(ctx context.Context, name string) ([]Program, error) {
 
 // Call runs method on the object with payload and returns its reply. Calls
 // to one object run one at a time, in arrival order; calls to different
-// objects run in parallel.
+// objects run in parallel. A call reaching a node that is not the object's
+// home is forwarded there.
 func (n *Node) Call(ctx context.Context, id ObjectID, method string, payload []byte) ([]byte, error) {
 	if err := id.Validate(); err != nil {
 		return nil, err
@@ -320,6 +384,24 @@ func (n *Node) Call(ctx context.Context, id ObjectID, method string, payload []b
 	}
 	if _, err := n.programs.latest(ctx, id.Program); err != nil {
 		return nil, err
+	}
+	var reply []byte
+	err := n.onHome(ctx, id, func() error {
+		var err error
+		reply, err = n.callLocal(ctx, id, method, payload)
+		return err
+	}, func(node string) error {
+		var err error
+		reply, err = n.forwardCall(ctx, node, id, method, payload)
+		return err
+	})
+	return reply, err
+}
+
+// callLocal runs a call on this node, the object's home.
+func (n *Node) callLocal(ctx context.Context, id ObjectID, method string, payload []byte) ([]byte, error) {
+	if !n.cluster.leaseValid() {
+		return nil, fmt.Errorf("%w: this node's lease is not current", ErrUnavailable)
 	}
 	o, err := n.objects.acquire(id)
 	if err != nil {

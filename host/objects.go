@@ -191,6 +191,14 @@ func (r *objects) closeAll() {
 	r.deactivate(all)
 }
 
+// isActive reports whether id is active here (so this node is its home).
+func (r *objects) isActive(id ObjectID) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.active[id]
+	return ok
+}
+
 func (r *objects) count() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -236,7 +244,7 @@ func (o *object) ready(ctx context.Context) error {
 	}
 	n := o.node
 	if o.module == nil {
-		pr, err := n.programs.latest(ctx, o.id.Program)
+		pr, err := n.programs.latestFresh(ctx, o.id.Program)
 		if err != nil {
 			return err
 		}

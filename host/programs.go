@@ -2,15 +2,17 @@ package host
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"sync"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/durable-host/host/vm"
 )
@@ -54,38 +56,75 @@ type Program struct {
 	Created  time.Time `json:"created"`
 }
 
-// programs stores modules content-addressed under DATA/programs and their
-// names and versions in the node database.
+// programs is the cluster's program registry: names and versions in a
+// JetStream KV bucket (updated with compare-and-set, so versions are
+// cluster-wide), module bytes in a JetStream object store by digest, and a
+// local copy of each module under DATA/programs. Each node compiles a
+// module once and keeps the newest version of every name from a watch.
 type programs struct {
 	dir    string
-	db     *sql.DB
 	engine *vm.Engine
+	kv     jetstream.KeyValue
+	blobs  jetstream.ObjectStore
 
 	// mu guards compiled, the modules compiled by this node, by digest,
-	// and newest, the latest version of each name this node has seen.
+	// and newest, the latest version of each name.
 	mu       sync.Mutex
 	compiled map[string]*vm.Module
 	newest   map[string]Program
 }
 
-func openPrograms(ctx context.Context, dataDir string, db *sql.DB, engine *vm.Engine) (*programs, error) {
+const (
+	programsBucket = "host_programs"
+	modulesBucket  = "host_modules"
+)
+
+func openPrograms(ctx context.Context, dataDir string, js jetstream.JetStream, replicas int, engine *vm.Engine) (*programs, error) {
 	dir := filepath.Join(dataDir, "programs")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS programs (
-		name     TEXT NOT NULL,
-		version  INTEGER NOT NULL,
-		digest   TEXT NOT NULL,
-		size     INTEGER NOT NULL,
-		exports  TEXT NOT NULL,
-		handlers TEXT NOT NULL,
-		created  INTEGER NOT NULL,
-		PRIMARY KEY (name, version)
-	)`); err != nil {
+	var kv jetstream.KeyValue
+	var blobs jetstream.ObjectStore
+	err := retryJS(ctx, func(ctx context.Context) error {
+		var err error
+		kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket: programsBucket, Replicas: replicas, Storage: jetstream.FileStorage, History: 1,
+			Description: "programs: every version of each name",
+		})
+		if err != nil {
+			return err
+		}
+		blobs, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+			Bucket: modulesBucket, Replicas: replicas, Storage: jetstream.FileStorage,
+			Description: "program modules by sha256",
+		})
+		return err
+	})
+	if err != nil {
 		return nil, err
 	}
-	return &programs{dir: dir, db: db, engine: engine, compiled: map[string]*vm.Module{}, newest: map[string]Program{}}, nil
+	return &programs{dir: dir, engine: engine, kv: kv, blobs: blobs, compiled: map[string]*vm.Module{}, newest: map[string]Program{}}, nil
+}
+
+// watch keeps newest current as any node uploads.
+func (p *programs) watch(ctx context.Context) {
+	w, err := p.kv.WatchAll(ctx)
+	if err != nil {
+		return
+	}
+	defer w.Stop()
+	for e := range w.Updates() {
+		if e == nil || e.Operation() != jetstream.KeyValuePut {
+			continue
+		}
+		var vs []Program
+		if json.Unmarshal(e.Value(), &vs) == nil && len(vs) > 0 {
+			p.mu.Lock()
+			p.newest[e.Key()] = vs[len(vs)-1]
+			p.mu.Unlock()
+		}
+	}
 }
 
 func handlerNames(m *vm.Module) []string {
@@ -101,6 +140,22 @@ func handlerNames(m *vm.Module) []string {
 	return out
 }
 
+// versions reads every version of name with the entry's revision.
+func (p *programs) versions(ctx context.Context, name string) ([]Program, uint64, error) {
+	e, err := p.kv.Get(ctx, name)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("%w: program registry: %v", ErrUnavailable, err)
+	}
+	var vs []Program
+	if err := json.Unmarshal(e.Value(), &vs); err != nil {
+		return nil, 0, err
+	}
+	return vs, e.Revision(), nil
+}
+
 // upload validates wasm and stores it as the next version of name. The same
 // bytes as the latest version are not a new version.
 func (p *programs) upload(ctx context.Context, name string, wasm []byte) (Program, bool, error) {
@@ -111,38 +166,56 @@ func (p *programs) upload(ctx context.Context, name string, wasm []byte) (Progra
 	if err != nil {
 		return Program{}, false, err
 	}
-	if latest, err := p.latest(ctx, name); err == nil && latest.Digest == m.Digest {
-		return latest, false, nil
+	if err := p.storeLocal(m.Digest, wasm); err != nil {
+		return Program{}, false, err
 	}
-	path := filepath.Join(p.dir, m.Digest+".wasm")
-	if _, err := os.Stat(path); err != nil {
-		tmp := path + ".tmp"
-		if err := os.WriteFile(tmp, wasm, 0o644); err != nil {
-			return Program{}, false, err
-		}
-		if err := os.Rename(tmp, path); err != nil {
-			return Program{}, false, err
+	if _, err := p.blobs.GetInfo(ctx, m.Digest); err != nil {
+		if _, err := p.blobs.PutBytes(ctx, m.Digest, wasm); err != nil {
+			return Program{}, false, fmt.Errorf("store module: %w", err)
 		}
 	}
-	exports, _ := json.Marshal(m.Exports)
-	handlers, _ := json.Marshal(handlerNames(m))
-	now := time.Now()
-	var version int
-	err = p.db.QueryRowContext(ctx, `INSERT INTO programs (name, version, digest, size, exports, handlers, created)
-		SELECT ?, COALESCE(MAX(version), 0) + 1, ?, ?, ?, ?, ? FROM programs WHERE name = ?
-		RETURNING version`, name, m.Digest, m.Size, string(exports), string(handlers), now.UnixNano(), name).Scan(&version)
-	if err != nil {
-		return Program{}, false, fmt.Errorf("store program: %w", err)
+	for attempt := 0; attempt < 10; attempt++ {
+		vs, rev, err := p.versions(ctx, name)
+		if err != nil {
+			return Program{}, false, err
+		}
+		if len(vs) > 0 && vs[len(vs)-1].Digest == m.Digest {
+			return vs[len(vs)-1], false, nil
+		}
+		pr := Program{Name: name, Version: len(vs) + 1, Digest: m.Digest, Size: m.Size,
+			Exports: m.Exports, Handlers: handlerNames(m), Created: time.Now().UTC()}
+		b, _ := json.Marshal(append(vs, pr))
+		if rev == 0 {
+			_, err = p.kv.Create(ctx, name, b)
+		} else {
+			_, err = p.kv.Update(ctx, name, b, rev)
+		}
+		if err != nil {
+			continue // another upload won the race: read again
+		}
+		p.mu.Lock()
+		p.newest[name] = pr
+		p.mu.Unlock()
+		return pr, true, nil
 	}
-	pr := Program{Name: name, Version: version, Digest: m.Digest, Size: m.Size, Exports: m.Exports, Handlers: handlerNames(m), Created: now}
-	p.mu.Lock()
-	p.newest[name] = pr
-	p.mu.Unlock()
-	return pr, true, nil
+	return Program{}, false, fmt.Errorf("%w: program %s: concurrent uploads", ErrUnavailable, name)
+}
+
+func (p *programs) storeLocal(digest string, wasm []byte) error {
+	path := filepath.Join(p.dir, digest+".wasm")
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	}
+	tmp := fmt.Sprintf("%s.%d.tmp", path, time.Now().UnixNano())
+	if err := os.WriteFile(tmp, wasm, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }
 
 // module returns the compiled module for digest, compiling wasm (or the
-// stored blob when wasm is nil) on first use.
+// stored module when wasm is nil: the local copy, else the cluster's) on
+// first use.
 func (p *programs) module(ctx context.Context, digest string, wasm []byte) (*vm.Module, error) {
 	p.mu.Lock()
 	m, ok := p.compiled[digest]
@@ -152,8 +225,14 @@ func (p *programs) module(ctx context.Context, digest string, wasm []byte) (*vm.
 	}
 	if wasm == nil {
 		var err error
-		if wasm, err = os.ReadFile(filepath.Join(p.dir, digest+".wasm")); err != nil {
-			return nil, fmt.Errorf("read program %s: %w", digest, err)
+		path := filepath.Join(p.dir, digest+".wasm")
+		if wasm, err = os.ReadFile(path); err != nil {
+			if wasm, err = p.blobs.GetBytes(ctx, digest); err != nil {
+				return nil, fmt.Errorf("%w: fetch module %s: %v", ErrUnavailable, digest, err)
+			}
+			if err := p.storeLocal(digest, wasm); err != nil {
+				return nil, err
+			}
 		}
 	}
 	m, err := p.engine.Compile(ctx, wasm)
@@ -170,20 +249,9 @@ func (p *programs) module(ctx context.Context, digest string, wasm []byte) (*vm.
 	return m, nil
 }
 
-func scanProgram(row interface{ Scan(...any) error }) (Program, error) {
-	var pr Program
-	var exports, handlers string
-	var created int64
-	if err := row.Scan(&pr.Name, &pr.Version, &pr.Digest, &pr.Size, &exports, &handlers, &created); err != nil {
-		return pr, err
-	}
-	_ = json.Unmarshal([]byte(exports), &pr.Exports)
-	_ = json.Unmarshal([]byte(handlers), &pr.Handlers)
-	pr.Created = time.Unix(0, created).UTC()
-	return pr, nil
+func unknownProgram(name string) error {
+	return fmt.Errorf("%w: %q (upload it with: host upload FILE.wasm --name %s)", ErrUnknownProgram, clip(name), clip(name))
 }
-
-const programCols = `name, version, digest, size, exports, handlers, created`
 
 // latest returns the newest version of name, or ErrUnknownProgram.
 func (p *programs) latest(ctx context.Context, name string) (Program, error) {
@@ -193,41 +261,58 @@ func (p *programs) latest(ctx context.Context, name string) (Program, error) {
 	if ok {
 		return pr, nil
 	}
-	pr, err := scanProgram(p.db.QueryRowContext(ctx, `SELECT `+programCols+` FROM programs WHERE name = ? ORDER BY version DESC LIMIT 1`, name))
-	if errors.Is(err, sql.ErrNoRows) {
-		return pr, fmt.Errorf("%w: %q (upload it with: host upload FILE.wasm --name %s)", ErrUnknownProgram, clip(name), clip(name))
+	return p.latestFresh(ctx, name)
+}
+
+// latestFresh reads the registry, for activations: an object picks up the
+// newest version when it activates.
+func (p *programs) latestFresh(ctx context.Context, name string) (Program, error) {
+	vs, _, err := p.versions(ctx, name)
+	if err != nil {
+		return Program{}, err
 	}
-	if err == nil {
-		p.mu.Lock()
-		p.newest[name] = pr
-		p.mu.Unlock()
+	if len(vs) == 0 {
+		return Program{}, unknownProgram(name)
 	}
-	return pr, err
+	pr := vs[len(vs)-1]
+	p.mu.Lock()
+	p.newest[name] = pr
+	p.mu.Unlock()
+	return pr, nil
 }
 
 // list returns the latest version of every program, or every version of
 // name when name is not empty.
 func (p *programs) list(ctx context.Context, name string) ([]Program, error) {
-	q := `SELECT ` + programCols + ` FROM programs p WHERE version = (SELECT MAX(version) FROM programs WHERE name = p.name) ORDER BY name`
-	args := []any{}
 	if name != "" {
-		q = `SELECT ` + programCols + ` FROM programs WHERE name = ? ORDER BY version`
-		args = append(args, name)
-	}
-	rows, err := p.db.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := []Program{}
-	for rows.Next() {
-		pr, err := scanProgram(rows)
+		vs, _, err := p.versions(ctx, name)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, pr)
+		if len(vs) == 0 {
+			return nil, unknownProgram(name)
+		}
+		return vs, nil
 	}
-	return out, rows.Err()
+	keys, err := p.kv.Keys(ctx)
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return []Program{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(keys)
+	out := []Program{}
+	for _, k := range keys {
+		vs, _, err := p.versions(ctx, k)
+		if err != nil {
+			return nil, err
+		}
+		if len(vs) > 0 {
+			out = append(out, vs[len(vs)-1])
+		}
+	}
+	return out, nil
 }
 
 func (p *programs) close(ctx context.Context) {

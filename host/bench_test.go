@@ -1,0 +1,120 @@
+package host_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/durable-host/host/delivery"
+	"github.com/durable-host/host/host"
+)
+
+// benchNode is a node with the counter uploaded and counter/b warm.
+func benchNode(b *testing.B, mod func(*host.Config)) *host.Node {
+	b.Helper()
+	n, _ := startNode(b, mod)
+	upload(b, n, "counter", "counter")
+	if _, err := n.Call(context.Background(), host.ObjectID{Program: "counter", ID: "b"}, "get", nil); err != nil {
+		b.Fatal(err)
+	}
+	return n
+}
+
+// BenchmarkNodeCall is a warm method call in process: the object's lock, the
+// VM round trip with the budget, and its SQLite transaction (BEGIN
+// IMMEDIATE ... COMMIT). "inc" writes the state value and appends one event
+// to the log; "get" reads and commits an empty transaction.
+func BenchmarkNodeCall(b *testing.B) {
+	for _, method := range []string{"get", "inc"} {
+		b.Run(method, func(b *testing.B) {
+			n := benchNode(b, nil)
+			id := host.ObjectID{Program: "counter", ID: "b"}
+			ctx := context.Background()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				if _, err := n.Call(ctx, id, method, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkSQLiteTx is the baseline for a committed call: a bare transaction
+// on an object file (same schema, same synchronous setting as the node's
+// default) doing the counter's writes without the VM. "put" is the one state
+// write; "put+append" adds the log append that inc's publish makes.
+func BenchmarkSQLiteTx(b *testing.B) {
+	for _, c := range []struct {
+		name   string
+		append bool
+	}{{"put", false}, {"put+append", true}} {
+		b.Run(c.name, func(b *testing.B) {
+			f, err := delivery.OpenFile(context.Background(), filepath.Join(b.TempDir(), "o.db"), host.DefaultConfig().Sync)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer f.Close()
+			key := []byte("value")
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				tx, err := f.Begin()
+				if err != nil {
+					b.Fatal(err)
+				}
+				v := strconv.AppendInt(nil, int64(i), 10)
+				if err := tx.Put(key, v); err != nil {
+					b.Fatal(err)
+				}
+				if c.append {
+					if _, err := tx.Append("changes", fmt.Appendf(nil, `{"value":%d}`, i), time.Now()); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := tx.Commit(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkActivation is a cold activation with a warm compilation cache:
+// each op calls "get" on a new object id, which creates its file, makes an
+// instance and runs the call (and, past MaxActiveObjects, deactivates the
+// least recently used object).
+func BenchmarkActivation(b *testing.B) {
+	n := benchNode(b, func(c *host.Config) { c.MaxActiveObjects = 64 })
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		if _, err := n.Call(ctx, host.ObjectID{Program: "counter", ID: "a" + strconv.Itoa(i)}, "get", nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkHTTPCall is the HTTP round trip on loopback through host.Client
+// (keep-alive connections), for a warm object.
+func BenchmarkHTTPCall(b *testing.B) {
+	for _, method := range []string{"get", "inc"} {
+		b.Run(method, func(b *testing.B) {
+			n := benchNode(b, nil)
+			c := client(n)
+			ctx := context.Background()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				if _, err := c.Call(ctx, "counter/b", method, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

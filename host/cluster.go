@@ -1,0 +1,433 @@
+package host
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Cluster defaults.
+const (
+	// DefaultLeaseTTL: a node that has not renewed its lease for this long
+	// is gone for good; its id never returns.
+	DefaultLeaseTTL = 6 * time.Second
+	// DefaultHeartbeat renews the lease.
+	DefaultHeartbeat = 1 * time.Second
+)
+
+const (
+	nodesBucket = "host_nodes"
+	dirBucket   = "host_objects"
+)
+
+// nodeInfo is what a node publishes about itself with each heartbeat.
+type nodeInfo struct {
+	ID          string    `json:"id"`
+	URL         string    `json:"url"`
+	Started     time.Time `json:"started"`
+	Objects     int       `json:"objects"`
+	Connections int       `json:"connections"`
+}
+
+// cluster is this node's membership (a lease in JetStream KV, renewed by
+// heartbeats) and the object directory (which node is each object's home,
+// claimed with compare-and-set).
+type cluster struct {
+	n     *Node
+	js    jetstream.JetStream
+	nodes jetstream.KeyValue
+	dir   jetstream.KeyValue
+	ttl   time.Duration
+	beat  time.Duration
+	// replicas is the replication of the cluster's buckets.
+	replicas int
+
+	// mu guards the view of other nodes, the lease revision and the
+	// directory cache.
+	mu       sync.Mutex
+	seen     map[string]nodeInfo  // live nodes by id, from heartbeats
+	lastSeen map[string]time.Time // when each was last heard
+	dead     map[string]bool      // ids gone for good
+	rev      uint64               // revision of our lease key
+	renewed  time.Time            // last successful renewal
+	homes    map[ObjectID]string  // directory cache
+	previous map[string]bool      // this data directory's earlier node ids
+
+	paused bool // tests: stop renewing to lose the lease
+	stop   chan struct{}
+	done   chan struct{}
+}
+
+// ErrLeaseLost: this node's lease lapsed; it must rejoin under a new id.
+var ErrLeaseLost = errors.New("node lease lost")
+
+// retryJS retries f while JetStream is not ready yet: a fresh cluster needs
+// a moment to elect its meta leader.
+func retryJS(ctx context.Context, f func(context.Context) error) error {
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := f(cctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+func dirKey(id ObjectID) string {
+	return "o." + id.Program + "." + hex.EncodeToString([]byte(id.ID))
+}
+
+// replicasFor is the KV replication for a cluster: 3 copies once there are
+// enough servers for a quorum to survive one loss.
+func replicasFor(peers int) int {
+	if peers >= 3 {
+		return 3
+	}
+	return 1
+}
+
+func newCluster(ctx context.Context, n *Node) (*cluster, error) {
+	js, err := jetstream.New(n.nats.nc)
+	if err != nil {
+		return nil, err
+	}
+	c := &cluster{
+		n: n, js: js, ttl: n.cfg.LeaseTTL, beat: n.cfg.Heartbeat,
+		seen: map[string]nodeInfo{}, lastSeen: map[string]time.Time{}, dead: map[string]bool{},
+		homes: map[ObjectID]string{}, previous: map[string]bool{},
+		stop: make(chan struct{}), done: make(chan struct{}),
+	}
+	replicas := replicasFor(len(n.cfg.NATS.Routes) + 1)
+	if n.cfg.NATS.URL != "" {
+		replicas = n.cfg.KVReplicas
+	}
+	c.replicas = replicas
+	err = retryJS(ctx, func(ctx context.Context) error {
+		var err error
+		c.nodes, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket: nodesBucket, TTL: c.ttl, LimitMarkerTTL: c.ttl, Replicas: replicas, Storage: jetstream.MemoryStorage,
+			Description: "node leases: a key per live node, renewed by heartbeats",
+		})
+		if err != nil {
+			return err
+		}
+		c.dir, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket: dirBucket, Replicas: replicas, Storage: jetstream.FileStorage, History: 1,
+			Description: "object directory: each object's home node",
+		})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cluster storage (JetStream KV): %w", err)
+	}
+	if err := c.loadPrevious(ctx); err != nil {
+		return nil, err
+	}
+	if err := c.join(ctx); err != nil {
+		return nil, err
+	}
+	// Renew from now on: the lease must not lapse while the node starts.
+	go c.run()
+	return c, nil
+}
+
+// loadPrevious reads the ids this data directory ran under before: objects
+// whose home is one of them (and that id is gone) are ours to reclaim,
+// because their files are here.
+func (c *cluster) loadPrevious(ctx context.Context) error {
+	db := c.n.db
+	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS identities (id TEXT PRIMARY KEY, started INTEGER NOT NULL)`); err != nil {
+		return err
+	}
+	rows, err := db.QueryContext(ctx, `SELECT id FROM identities`)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return err
+		}
+		c.previous[id] = true
+	}
+	return rows.Err()
+}
+
+func (c *cluster) info() []byte {
+	b, _ := json.Marshal(nodeInfo{
+		ID: c.n.id, URL: c.n.advertisedURL(), Started: c.n.started,
+		Objects: c.n.objects.count(), Connections: c.n.conns.count(),
+	})
+	return b
+}
+
+// join registers this node's id with a fresh lease. Create fails if the id
+// exists: ids are never reused.
+func (c *cluster) join(ctx context.Context) error {
+	rev, err := c.nodes.Create(ctx, "n."+c.n.id, c.info())
+	if err != nil {
+		return fmt.Errorf("register node %s: %w", c.n.id, err)
+	}
+	if _, err := c.n.db.ExecContext(ctx, `INSERT OR IGNORE INTO identities (id, started) VALUES (?, ?)`, c.n.id, time.Now().UnixNano()); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.rev, c.renewed = rev, time.Now()
+	c.seen[c.n.id] = nodeInfo{ID: c.n.id}
+	c.lastSeen[c.n.id] = time.Now()
+	c.mu.Unlock()
+	return nil
+}
+
+// run renews the lease and watches the other nodes until stopped.
+func (c *cluster) run() {
+	defer close(c.done)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-c.stop
+		cancel()
+	}()
+	go c.watch(ctx)
+	t := time.NewTicker(c.beat)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		c.mu.Lock()
+		paused, rev := c.paused, c.rev
+		c.mu.Unlock()
+		select {
+		case <-c.n.lost:
+			return
+		default:
+		}
+		if paused {
+			continue
+		}
+		rctx, rcancel := context.WithTimeout(ctx, c.ttl/2)
+		newRev, err := c.nodes.Update(rctx, "n."+c.n.id, c.info(), rev)
+		if isWrongSequence(err) {
+			// A renewal that timed out on our side may have landed: if the
+			// lease is still ours, adopt its revision.
+			if e, gerr := c.nodes.Get(rctx, "n."+c.n.id); gerr == nil {
+				var info nodeInfo
+				if json.Unmarshal(e.Value(), &info) == nil && info.ID == c.n.id {
+					newRev, err = c.nodes.Update(rctx, "n."+c.n.id, c.info(), e.Revision())
+				}
+			}
+		}
+		rcancel()
+		if err == nil {
+			c.mu.Lock()
+			c.rev, c.renewed = newRev, time.Now()
+			c.mu.Unlock()
+			continue
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		c.mu.Lock()
+		lapsed := time.Since(c.renewed) >= c.ttl
+		c.mu.Unlock()
+		if lapsed || errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) || isWrongSequence(err) {
+			// The key is gone (expired) or someone else wrote it: either
+			// way this id is dead.
+			c.n.log.Error("lease lost: this node's id is gone for good", slog.Any("err", err))
+			c.n.leaseLost()
+			return
+		}
+		c.n.log.Warn("lease renewal failed", slog.Any("err", err))
+	}
+}
+
+func isWrongSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+}
+
+// watch keeps the view of live nodes from the leases bucket.
+func (c *cluster) watch(ctx context.Context) {
+	for ctx.Err() == nil {
+		w, err := c.nodes.WatchAll(ctx)
+		if err != nil {
+			time.Sleep(250 * time.Millisecond)
+			continue
+		}
+		for e := range w.Updates() {
+			if e == nil {
+				continue
+			}
+			id := e.Key()[2:]
+			c.mu.Lock()
+			switch e.Operation() {
+			case jetstream.KeyValuePut:
+				var info nodeInfo
+				if json.Unmarshal(e.Value(), &info) == nil && !c.dead[id] {
+					c.seen[id] = info
+					c.lastSeen[id] = time.Now()
+				}
+			default:
+				c.markDeadLocked(id)
+			}
+			c.mu.Unlock()
+		}
+		w.Stop()
+	}
+}
+
+func (c *cluster) markDeadLocked(id string) {
+	if id == c.n.id {
+		return
+	}
+	c.dead[id] = true
+	delete(c.seen, id)
+	for o, h := range c.homes {
+		if h == id {
+			delete(c.homes, o)
+		}
+	}
+}
+
+// Live reports whether a node holds a lease. Node ids never return: once
+// dead, always dead.
+func (c *cluster) Live(id string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if id == c.n.id {
+		return true
+	}
+	if c.dead[id] {
+		return false
+	}
+	last, ok := c.lastSeen[id]
+	if !ok {
+		return false
+	}
+	if time.Since(last) > c.ttl+c.beat {
+		c.markDeadLocked(id)
+		return false
+	}
+	return true
+}
+
+// nodes lists the live nodes.
+func (c *cluster) liveNodes() []nodeInfo {
+	c.mu.Lock()
+	ids := make([]string, 0, len(c.seen))
+	for id := range c.seen {
+		ids = append(ids, id)
+	}
+	c.mu.Unlock()
+	var out []nodeInfo
+	for _, id := range ids {
+		if !c.Live(id) {
+			continue
+		}
+		c.mu.Lock()
+		info := c.seen[id]
+		c.mu.Unlock()
+		if id == c.n.id {
+			var err error
+			if err = json.Unmarshal(c.info(), &info); err != nil {
+				continue
+			}
+		}
+		out = append(out, info)
+	}
+	return out
+}
+
+// home returns the node that is obj's home, claiming it for this node if it
+// has none. An object whose home is one of this data directory's earlier ids
+// is reclaimed (its file is here). An object whose home is another node
+// that is gone is unavailable until replicas can move it.
+func (c *cluster) home(ctx context.Context, obj ObjectID) (string, error) {
+	c.mu.Lock()
+	h, ok := c.homes[obj]
+	c.mu.Unlock()
+	if ok && (h == c.n.id || c.Live(h)) {
+		return h, nil
+	}
+	key := dirKey(obj)
+	for attempt := 0; attempt < 5; attempt++ {
+		e, err := c.dir.Get(ctx, key)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			if _, err := c.dir.Create(ctx, key, []byte(c.n.id)); err == nil {
+				return c.cache(obj, c.n.id), nil
+			}
+			continue // someone else claimed it first: read again
+		case err != nil:
+			return "", fmt.Errorf("%w: object directory: %v", ErrUnavailable, err)
+		}
+		holder := string(e.Value())
+		if holder == c.n.id || c.Live(holder) {
+			return c.cache(obj, holder), nil
+		}
+		c.mu.Lock()
+		mine := c.previous[holder]
+		c.mu.Unlock()
+		if mine {
+			// Fencing: the compare-and-set fails if anyone moved it meanwhile.
+			if _, err := c.dir.Update(ctx, key, []byte(c.n.id), e.Revision()); err == nil {
+				return c.cache(obj, c.n.id), nil
+			}
+			continue
+		}
+		return "", fmt.Errorf("%w: %s lived on node %s, which is gone; it is served again once its replica is taken over", ErrObjectUnavailable, obj, holder)
+	}
+	return "", fmt.Errorf("%w: %s: directory contention", ErrUnavailable, obj)
+}
+
+func (c *cluster) cache(obj ObjectID, node string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.homes[obj] = node
+	return node
+}
+
+// forget drops a cached home (a forward found it stale).
+func (c *cluster) forget(obj ObjectID) {
+	c.mu.Lock()
+	delete(c.homes, obj)
+	c.mu.Unlock()
+}
+
+// leaseValid reports whether this node may still act as a holder: its lease
+// was renewed within the TTL.
+func (c *cluster) leaseValid() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Since(c.renewed) < c.ttl
+}
+
+func (c *cluster) close() {
+	select {
+	case <-c.stop:
+	default:
+		close(c.stop)
+	}
+	<-c.done
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	// Leaving: the id is gone for good; peers prune its connections.
+	c.nodes.Delete(ctx, "n."+c.n.id)
+}

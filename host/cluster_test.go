@@ -1,0 +1,223 @@
+package host_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/durable-host/host/host"
+	"github.com/durable-host/host/vm/vmtest"
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// clusterOf starts k nodes in this process, clustered through their
+// embedded NATS servers on loopback, and uploads the examples once.
+func clusterOf(t *testing.T, k int, mutate func(i int, c *host.Config)) []*host.Node {
+	t.Helper()
+	routes := make([]string, k)
+	for i := range routes {
+		routes[i] = freeAddr(t)
+	}
+	nodes := make([]*host.Node, k)
+	errs := make([]error, k)
+	var wg sync.WaitGroup
+	for i := 0; i < k; i++ {
+		cfg := host.DefaultConfig()
+		cfg.DataDir = t.TempDir()
+		cfg.Listen = "127.0.0.1:0"
+		cfg.VM.CacheDir = vmtest.CacheDir()
+		cfg.LeaseTTL, cfg.Heartbeat = 4*time.Second, 500*time.Millisecond
+		cfg.NATS.Cluster = routes[i]
+		for j, r := range routes {
+			if j != i {
+				cfg.NATS.Routes = append(cfg.NATS.Routes, "nats://"+r)
+			}
+		}
+		if mutate != nil {
+			mutate(i, &cfg)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			nodes[i], errs[i] = host.New(context.Background(), cfg)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("node %d: %v", i, err)
+		}
+	}
+	for _, n := range nodes {
+		if err := n.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			n.Shutdown(ctx)
+		})
+	}
+	c := &host.Client{Base: nodes[0].URL()}
+	for _, p := range []string{"chat", "tally", "counter", "hostile"} {
+		if _, err := c.Upload(context.Background(), p, vmtest.Wasm(t, p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Every node sees every other.
+	waitUntil(t, "cluster membership", 20*time.Second, func() bool {
+		for _, n := range nodes {
+			var v struct{ Nodes []map[string]any }
+			if err := (&host.Client{Base: n.URL()}).Get(context.Background(), "/v1/cluster", &v); err != nil || len(v.Nodes) != k {
+				return false
+			}
+		}
+		return true
+	})
+	return nodes
+}
+
+func TestClusterCallsReachTheHomeFromAnyNode(t *testing.T) {
+	nodes := clusterOf(t, 3, nil)
+	ctx := context.Background()
+	cs := make([]*host.Client, len(nodes))
+	for i, n := range nodes {
+		cs[i] = &host.Client{Base: n.URL()}
+	}
+	// Two nodes race to activate one object: one home, one state.
+	var wg sync.WaitGroup
+	for i := 0; i < 3; i++ {
+		for k := 0; k < 20; k++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := cs[i].Call(ctx, "counter/raced", "inc", nil); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	for i := range cs {
+		if got := dcall(t, cs[i], "counter/raced", "get", ""); got != "60" {
+			t.Fatalf("node %d sees %s, want 60", i, got)
+		}
+	}
+	active := 0
+	for _, n := range nodes {
+		active += n.ActiveObjects()
+	}
+	if active != 1 {
+		t.Fatalf("counter/raced is active on %d nodes, want exactly 1", active)
+	}
+	// Errors keep their status across the hop.
+	for i := range cs {
+		_, err := cs[i].Call(ctx, "counter/raced", "nope", nil)
+		if ae, ok := err.(*host.APIError); !ok || ae.Status != 404 {
+			t.Fatalf("node %d: unknown method gave %v", i, err)
+		}
+	}
+	var v struct {
+		Self  string
+		Nodes []struct {
+			ID      string `json:"id"`
+			Objects int    `json:"objects"`
+		}
+	}
+	if err := cs[1].Get(ctx, "/v1/cluster", &v); err != nil || v.Self != nodes[1].ID() || len(v.Nodes) != 3 {
+		t.Fatalf("cluster view %+v %v", v, err)
+	}
+}
+
+// conformance: D06 D07 D08 D24
+func TestD08_WatchersOnEveryNodeOneBatchPerNode(t *testing.T) {
+	nodes := clusterOf(t, 3, nil)
+	ctx := context.Background()
+	pubClient := &host.Client{Base: nodes[0].URL()}
+	dcall(t, pubClient, "chat/room1", "post", `{"text":"make the home node 0"}`)
+	var ws []*watcher
+	for i := 0; i < 90; i++ {
+		c := &host.Client{Base: nodes[i%3].URL()}
+		ws = append(ws, follow(t, c, "chat/w", "chat/room1", "messages", ""))
+	}
+	before := metric(t, pubClient, `host_internode_calls_total{kind="conns"}`)
+	const msgs = 20
+	for i := 0; i < msgs; i++ {
+		// Posts through every node reach the home.
+		c := &host.Client{Base: nodes[i%3].URL()}
+		if _, err := c.Call(ctx, "chat/room1", "post", []byte(fmt.Sprintf(`{"text":"m%d"}`, i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, w := range ws {
+		waitUntil(t, "every watcher gets every message", 20*time.Second, func() bool { return len(w.seqs(t)) == msgs })
+		for k, s := range w.seqs(t) {
+			if s != uint64(k+2) {
+				t.Fatalf("watcher %d: message %d has seq %d", i, k, s)
+			}
+		}
+	}
+	batches := metric(t, pubClient, `host_internode_calls_total{kind="conns"}`) - before
+	local := metric(t, pubClient, `host_delivery_calls_total{kind="connection_batch",path="local"}`)
+	remote := metric(t, pubClient, `host_delivery_calls_total{kind="connection_batch",path="remote"}`)
+	// One call per remote node per pump round, whatever the watchers.
+	if remote != batches || remote != 2*local {
+		t.Fatalf("remote batches %v (NATS calls %v), local %v: want two remote calls per round, one per other node", remote, batches, local)
+	}
+	if remote > 2*msgs {
+		t.Fatalf("%v remote batches for %d messages: more than one per node per message", remote, msgs)
+	}
+	t.Logf("%d messages to 90 watchers on 3 nodes: %v rounds, %v inter-node batches", msgs, local, remote)
+}
+
+// conformance: D09 D15 D22
+func TestD09_ObjectFollowersOnOtherNodes(t *testing.T) {
+	nodes := clusterOf(t, 3, nil)
+	pub := &host.Client{Base: nodes[0].URL()}
+	dcall(t, pub, "hostile/pub", "hook_runs", "") // home on node 0
+	const followers = 6
+	for i := 0; i < followers; i++ {
+		c := &host.Client{Base: nodes[1+i%2].URL()}
+		dcall(t, c, fmt.Sprintf("hostile/f%d", i), "follow", `{"publisher":"hostile/pub","topic":"t"}`)
+	}
+	before := metric(t, pub, `host_internode_calls_total{kind="deliver"}`)
+	dcall(t, pub, "hostile/pub", "publish", `{"topic":"t","payload":"small"}`)
+	dcall(t, pub, "hostile/pub", "publish", `{"topic":"t","size":40000}`)
+	for i := 0; i < followers; i++ {
+		c := &host.Client{Base: nodes[1+i%2].URL()}
+		var got []string
+		waitUntil(t, "both events received", 20*time.Second, func() bool {
+			got = nil
+			json.Unmarshal([]byte(dcall(t, c, fmt.Sprintf("hostile/f%d", i), "received", "")), &got)
+			return len(got) == 2
+		})
+		if !strings.HasPrefix(got[0], "hostile/pub t 1 ") || !strings.HasPrefix(got[1], "hostile/pub t 2 ") || len(got[1]) < 40000 {
+			t.Fatalf("follower %d got %.80q", i, got)
+		}
+	}
+	// One delivery per edge per round: at most one per event per follower.
+	if sent := metric(t, pub, `host_internode_calls_total{kind="deliver"}`) - before; sent < followers || sent > 2*followers {
+		t.Fatalf("%v object deliveries for %d followers and 2 events", sent, followers)
+	}
+	ranged := 0.0
+	for _, n := range nodes[1:] {
+		ranged += metric(t, &host.Client{Base: n.URL()}, "host_ranges_materialized_total")
+	}
+	if ranged < followers {
+		t.Fatalf("the >32 KB event should reach each follower as a range read from the holder (%v)", ranged)
+	}
+}

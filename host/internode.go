@@ -1,0 +1,407 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/durable-host/host/abi"
+	"github.com/durable-host/host/delivery"
+)
+
+// Inter-node calls are NATS request/reply on per-node subjects:
+// host.node.<id>.<op>. Each reply carries a Status header (an HTTP status;
+// 200 = ok) and, on failure, an Error header.
+const (
+	opCall     = "call"
+	opFollow   = "follow"
+	opUnfollow = "unfollow"
+	opEdges    = "edges"
+	opRmEdge   = "rmedge"
+	opPrune    = "prune"
+	opConns    = "conns"
+	opDeliver  = "deliver"
+	opRange    = "range"
+)
+
+func nodeSubject(node, op string) string { return "host.node." + node + "." + op }
+
+// remoteError is an error that crossed from another node, keeping its status.
+type remoteError struct {
+	status int
+	msg    string
+}
+
+func (e *remoteError) Error() string { return e.msg }
+
+// errNotHome: the node asked does not hold the object (a stale directory
+// cache); the caller looks it up again.
+var errNotHome = errors.New("not this object's home")
+
+// ErrObjectUnavailable: the object's home node is gone and no replica can
+// serve it yet.
+var ErrObjectUnavailable = errors.New("object unavailable")
+
+const (
+	hdrStatus = "Status"
+	hdrError  = "Error"
+	hdrObject = "Object"
+	hdrMethod = "Method"
+	hdrArg    = "Arg"
+)
+
+// subscribe serves this node's inter-node subjects.
+func (n *Node) subscribe() error {
+	handlers := map[string]func(*nats.Msg) (*nats.Msg, error){
+		opCall: n.rpcCall, opFollow: n.rpcFollow, opUnfollow: n.rpcUnfollow,
+		opEdges: n.rpcEdges, opRmEdge: n.rpcRemoveEdge, opPrune: n.rpcPrune,
+		opConns: n.rpcConns, opDeliver: n.rpcDeliver, opRange: n.rpcRange,
+	}
+	for op, h := range handlers {
+		h := h
+		sub, err := n.nats.nc.Subscribe(nodeSubject(n.id, op), func(m *nats.Msg) {
+			// Each request runs on its own goroutine: a call may wait for
+			// an object's lock, and must not hold up the others.
+			n.rpcs.Add(1)
+			go func() {
+				defer n.rpcs.Done()
+				reply, err := h(m)
+				if reply == nil {
+					reply = nats.NewMsg(m.Reply)
+				}
+				reply.Subject = m.Reply
+				if reply.Header == nil {
+					reply.Header = nats.Header{}
+				}
+				if err != nil {
+					reply.Header.Set(hdrStatus, strconv.Itoa(statusOf(err)))
+					msg := err.Error()
+					if !errors.Is(err, errNotHome) {
+						msg = n.apiMessage(err)
+					}
+					reply.Header.Set(hdrError, msg)
+				} else {
+					reply.Header.Set(hdrStatus, "200")
+				}
+				if m.Reply != "" {
+					n.nats.nc.PublishMsg(reply)
+				}
+			}()
+		})
+		if err != nil {
+			return err
+		}
+		sub.SetPendingLimits(-1, -1)
+		n.subs = append(n.subs, sub)
+	}
+	return nil
+}
+
+// request sends an inter-node request and turns a failure reply into an
+// error that keeps its status.
+func (n *Node) request(ctx context.Context, node, op string, m *nats.Msg, timeout time.Duration) (*nats.Msg, error) {
+	m.Subject = nodeSubject(node, op)
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	reply, err := n.nats.nc.RequestMsgWithContext(rctx, m)
+	n.metrics.observeRemote(op, len(m.Data))
+	if err != nil {
+		if errors.Is(err, nats.ErrNoResponders) {
+			return nil, fmt.Errorf("%w: node %s does not answer", ErrUnavailable, node)
+		}
+		return nil, fmt.Errorf("%w: node %s: %v", ErrUnavailable, node, err)
+	}
+	if st := reply.Header.Get(hdrStatus); st != "200" {
+		code, _ := strconv.Atoi(st)
+		msg := reply.Header.Get(hdrError)
+		if msg == errNotHome.Error() {
+			return nil, errNotHome
+		}
+		return nil, &remoteError{status: code, msg: msg}
+	}
+	return reply, nil
+}
+
+func (n *Node) remoteTimeout() time.Duration { return n.cfg.VM.Budget + 5*time.Second }
+
+func objectHeader(m *nats.Msg, id ObjectID) {
+	if m.Header == nil {
+		m.Header = nats.Header{}
+	}
+	m.Header.Set(hdrObject, id.String())
+}
+
+func msgObject(m *nats.Msg) (ObjectID, error) { return ParseObjectID(m.Header.Get(hdrObject)) }
+
+// ensureHome fails with errNotHome unless this node is obj's home.
+func (n *Node) ensureHome(ctx context.Context, obj ObjectID) error {
+	h, err := n.cluster.home(ctx, obj)
+	if err != nil {
+		return err
+	}
+	if h != n.id {
+		n.cluster.forget(obj)
+		return errNotHome
+	}
+	return nil
+}
+
+// onHome runs local on obj's home: here, or forwarded over NATS by remote.
+// A stale directory answer is retried once after a fresh lookup.
+func (n *Node) onHome(ctx context.Context, obj ObjectID, local func() error, remote func(node string) error) error {
+	for attempt := 0; ; attempt++ {
+		if n.objects.isActive(obj) {
+			return local()
+		}
+		h, err := n.cluster.home(ctx, obj)
+		if err != nil {
+			return err
+		}
+		if h == n.id {
+			return local()
+		}
+		err = remote(h)
+		if errors.Is(err, errNotHome) && attempt == 0 {
+			n.cluster.forget(obj)
+			continue
+		}
+		return err
+	}
+}
+
+func (n *Node) rpcCall(m *nats.Msg) (*nats.Msg, error) {
+	id, err := msgObject(m)
+	if err != nil {
+		return nil, err
+	}
+	ctx := context.Background()
+	if err := n.ensureHome(ctx, id); err != nil {
+		return nil, err
+	}
+	out, err := n.callLocal(ctx, id, m.Header.Get(hdrMethod), m.Data)
+	if err != nil {
+		return nil, err
+	}
+	return &nats.Msg{Data: out}, nil
+}
+
+func (n *Node) forwardCall(ctx context.Context, node string, id ObjectID, method string, payload []byte) ([]byte, error) {
+	m := nats.NewMsg("")
+	objectHeader(m, id)
+	m.Header.Set(hdrMethod, method)
+	m.Data = payload
+	reply, err := n.request(ctx, node, opCall, m, n.remoteTimeout())
+	if err != nil {
+		return nil, err
+	}
+	return reply.Data, nil
+}
+
+func (n *Node) rpcFollow(m *nats.Msg) (*nats.Msg, error) {
+	id, err := msgObject(m)
+	if err != nil {
+		return nil, err
+	}
+	req, err := abi.DecodeFollowRequest(m.Data)
+	if err != nil {
+		return nil, fmt.Errorf("%w: follow request: %v", ErrBadRequest, err)
+	}
+	ctx := context.Background()
+	if err := n.ensureHome(ctx, id); err != nil {
+		return nil, err
+	}
+	e, err := n.followLocal(ctx, id, req, m.Header.Get(hdrArg))
+	if err != nil {
+		return nil, err
+	}
+	b, _ := json.Marshal(e)
+	return &nats.Msg{Data: b}, nil
+}
+
+func (n *Node) rpcUnfollow(m *nats.Msg) (*nats.Msg, error) {
+	id, err := msgObject(m)
+	if err != nil {
+		return nil, err
+	}
+	req, err := abi.DecodeFollowRequest(m.Data)
+	if err != nil {
+		return nil, fmt.Errorf("%w: unfollow request: %v", ErrBadRequest, err)
+	}
+	ctx := context.Background()
+	if err := n.ensureHome(ctx, id); err != nil {
+		return nil, err
+	}
+	ok, err := n.unfollowLocal(ctx, id, req.Kind, req.Follower, req.Topic)
+	if err != nil {
+		return nil, err
+	}
+	return &nats.Msg{Data: []byte(strconv.FormatBool(ok))}, nil
+}
+
+func (n *Node) rpcEdges(m *nats.Msg) (*nats.Msg, error) {
+	id, err := msgObject(m)
+	if err != nil {
+		return nil, err
+	}
+	ctx := context.Background()
+	if err := n.ensureHome(ctx, id); err != nil {
+		return nil, err
+	}
+	edges, err := n.edgesLocal(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	b, _ := json.Marshal(edges)
+	return &nats.Msg{Data: b}, nil
+}
+
+func (n *Node) rpcRemoveEdge(m *nats.Msg) (*nats.Msg, error) {
+	id, err := msgObject(m)
+	if err != nil {
+		return nil, err
+	}
+	edge, err := strconv.ParseInt(string(m.Data), 10, 64)
+	if err != nil {
+		return nil, fmt.Errorf("%w: edge id", ErrBadRequest)
+	}
+	ctx := context.Background()
+	if err := n.ensureHome(ctx, id); err != nil {
+		return nil, err
+	}
+	ok, err := n.removeEdgeLocal(ctx, id, edge)
+	if err != nil {
+		return nil, err
+	}
+	return &nats.Msg{Data: []byte(strconv.FormatBool(ok))}, nil
+}
+
+func (n *Node) rpcPrune(m *nats.Msg) (*nats.Msg, error) {
+	id, err := msgObject(m)
+	if err != nil {
+		return nil, err
+	}
+	ctx := context.Background()
+	if err := n.ensureHome(ctx, id); err != nil {
+		return nil, err
+	}
+	n.pruneLocal(ctx, id, string(m.Data))
+	return nil, nil
+}
+
+// rpcConns is the receiving node's half of a connection batch: decode once,
+// slice into this node's inboxes, report refusals and missing sockets.
+func (n *Node) rpcConns(m *nats.Msg) (*nats.Msg, error) {
+	b, err := delivery.DecodeConnBatch(m.Data)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	res := delivery.Slice(b, n.conns.lookup)
+	out, _ := json.Marshal(res)
+	return &nats.Msg{Data: out}, nil
+}
+
+func (n *Node) rpcDeliver(m *nats.Msg) (*nats.Msg, error) {
+	d, err := delivery.DecodeObjectDelivery(m.Data)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	res, err := n.receive(context.Background(), d)
+	if err != nil {
+		return nil, err
+	}
+	out, _ := json.Marshal(res)
+	return &nats.Msg{Data: out}, nil
+}
+
+// rpcRange serves a range of this node's copy of a publisher's log: the
+// holder's part of the read path.
+func (n *Node) rpcRange(m *nats.Msg) (*nats.Msg, error) {
+	d, err := delivery.DecodeObjectDelivery(m.Data)
+	if err != nil || d.Range == nil {
+		return nil, fmt.Errorf("%w: range request", ErrBadRequest)
+	}
+	pub, err := ParseObjectID(d.Publisher)
+	if err != nil {
+		return nil, err
+	}
+	evs, err := delivery.ReadRange(context.Background(), n.objectPath(pub), *d.Range, d.Topic, d.Filter)
+	if err != nil {
+		return nil, err
+	}
+	return &nats.Msg{Data: delivery.AppendEvents(nil, evs)}, nil
+}
+
+// remoteTransport carries deliveries to other nodes; the local node is
+// served directly.
+type remoteTransport struct{ n *Node }
+
+func (t remoteTransport) Connections(ctx context.Context, node string, b *delivery.ConnBatch) (delivery.ConnResult, error) {
+	if node == t.n.id {
+		return delivery.Slice(b, t.n.conns.lookup), nil
+	}
+	m := nats.NewMsg("")
+	m.Data = delivery.AppendConnBatch(nil, b)
+	reply, err := t.n.request(ctx, node, opConns, m, 10*time.Second)
+	if err != nil {
+		return delivery.ConnResult{}, err
+	}
+	var res delivery.ConnResult
+	return res, json.Unmarshal(reply.Data, &res)
+}
+
+func (t remoteTransport) Object(ctx context.Context, node string, d *delivery.ObjectDelivery) (delivery.ObjectResult, error) {
+	if node == t.n.id {
+		return t.n.receive(ctx, d)
+	}
+	m := nats.NewMsg("")
+	m.Data = delivery.AppendObjectDelivery(nil, d)
+	reply, err := t.n.request(ctx, node, opDeliver, m, t.n.remoteTimeout())
+	if err != nil {
+		return delivery.ObjectResult{}, err
+	}
+	var res delivery.ObjectResult
+	return res, json.Unmarshal(reply.Data, &res)
+}
+
+// clusterMembership answers the pump's questions from the cluster view.
+type clusterMembership struct{ n *Node }
+
+func (m clusterMembership) Self() string        { return m.n.id }
+func (m clusterMembership) Live(id string) bool { return m.n.cluster.Live(id) }
+func (m clusterMembership) Locate(ctx context.Context, object string) (string, error) {
+	id, err := ParseObjectID(object)
+	if err != nil {
+		return "", err
+	}
+	return m.n.cluster.home(ctx, id)
+}
+
+// materializeRemote asks the publisher's home for a range of its log.
+func (n *Node) materializeRemote(ctx context.Context, pub ObjectID, d *delivery.ObjectDelivery) ([]abi.Event, error) {
+	h, err := n.cluster.home(ctx, pub)
+	if err != nil {
+		return nil, err
+	}
+	if h == n.id {
+		return nil, fmt.Errorf("%w: no local copy of %s", delivery.ErrNoLog, pub)
+	}
+	q := *d
+	q.Events = nil
+	m := nats.NewMsg("")
+	m.Data = delivery.AppendObjectDelivery(nil, &q)
+	reply, err := n.request(ctx, h, opRange, m, 10*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	return delivery.DecodeEvents(reply.Data, d.Publisher)
+}
+
+func (n *Node) handleCluster(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"self": n.id, "nodes": n.cluster.liveNodes()})
+}
