@@ -3,8 +3,11 @@ package delivery
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"time"
+
+	"fmt"
 
 	"github.com/durable-host/host/abi"
 )
@@ -63,6 +66,7 @@ func (t *Tx) AddEdge(kind abi.FollowerKind, follower, node, topic, filter string
 	if err != nil {
 		return Edge{}, err
 	}
+	t.dropEdges = true
 	row := t.f.conn.QueryRowContext(bg, `INSERT INTO edges (kind, follower, node, topic, filter, cursor, created)
 		VALUES (?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (kind, follower, topic) DO UPDATE SET node = excluded.node, filter = excluded.filter
@@ -72,6 +76,7 @@ func (t *Tx) AddEdge(kind abi.FollowerKind, follower, node, topic, filter string
 
 // RemoveEdge removes one edge; it reports whether it existed.
 func (t *Tx) RemoveEdge(kind abi.FollowerKind, follower, topic string) (bool, error) {
+	t.dropEdges = true
 	res, err := t.f.conn.ExecContext(bg, `DELETE FROM edges WHERE kind = ? AND follower = ? AND topic = ?`, int(kind), follower, topic)
 	if err != nil {
 		return false, err
@@ -82,6 +87,7 @@ func (t *Tx) RemoveEdge(kind abi.FollowerKind, follower, topic string) (bool, er
 
 // RemoveEdgeID removes the edge with id; it reports whether it existed.
 func (t *Tx) RemoveEdgeID(id int64) (bool, error) {
+	t.dropEdges = true
 	res, err := t.f.conn.ExecContext(bg, `DELETE FROM edges WHERE id = ?`, id)
 	if err != nil {
 		return false, err
@@ -92,6 +98,7 @@ func (t *Tx) RemoveEdgeID(id int64) (bool, error) {
 
 // RemoveFollower removes every edge a follower holds on this publisher.
 func (t *Tx) RemoveFollower(kind abi.FollowerKind, follower string) (int, error) {
+	t.dropEdges = true
 	res, err := t.f.conn.ExecContext(bg, `DELETE FROM edges WHERE kind = ? AND follower = ?`, int(kind), follower)
 	if err != nil {
 		return 0, err
@@ -105,19 +112,55 @@ func (t *Tx) Edges() ([]Edge, error) {
 	return t.queryEdges(`SELECT ` + edgeCols + ` FROM edges ORDER BY id`)
 }
 
+// cachedEdges returns the file's edges, loading them once.
+func (t *Tx) cachedEdges() ([]Edge, error) {
+	if t.f.edges != nil {
+		return t.f.edges, nil
+	}
+	all, err := t.Edges()
+	if err != nil {
+		return nil, err
+	}
+	if all == nil {
+		all = []Edge{}
+	}
+	t.f.edges = all
+	return all, nil
+}
+
 // DueEdges lists edges behind head whose next attempt is due at now.
 func (t *Tx) DueEdges(head uint64, now time.Time) ([]Edge, error) {
-	return t.queryEdges(`SELECT `+edgeCols+` FROM edges WHERE cursor < ? AND next_due <= ? ORDER BY id`, int64(head), now.UnixNano())
+	all, err := t.cachedEdges()
+	if err != nil {
+		return nil, err
+	}
+	var out []Edge
+	ns := now.UnixNano()
+	for _, e := range all {
+		if e.Cursor < head && e.NextDue <= ns {
+			out = append(out, e)
+		}
+	}
+	return out, nil
 }
 
 // NextDue returns the earliest future attempt among edges behind head.
 func (t *Tx) NextDue(head uint64) (time.Time, bool, error) {
-	var ns sql.NullInt64
-	err := t.f.conn.QueryRowContext(bg, `SELECT MIN(next_due) FROM edges WHERE cursor < ?`, int64(head)).Scan(&ns)
-	if err != nil || !ns.Valid {
+	all, err := t.cachedEdges()
+	if err != nil {
 		return time.Time{}, false, err
 	}
-	return time.Unix(0, ns.Int64), true, nil
+	var next int64
+	found := false
+	for _, e := range all {
+		if e.Cursor < head && (!found || e.NextDue < next) {
+			next, found = e.NextDue, true
+		}
+	}
+	if !found {
+		return time.Time{}, false, nil
+	}
+	return time.Unix(0, next), true, nil
 }
 
 // HasEdges reports whether the publisher has any edge.
@@ -177,3 +220,27 @@ func readEvents(q queryer, after, upTo uint64, topic string, limit, maxBytes int
 
 // ErrNoLog is returned when a range is asked of a file that lacks it.
 var ErrNoLog = errors.New("events not in this copy of the log")
+
+// AdvanceEdges moves the cursors of many edges forward to cursor in one
+// statement: a round's connection edges, which all advance together.
+func (t *Tx) AdvanceEdges(ids []int64, cursor uint64) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	list, _ := json.Marshal(ids)
+	if _, err := t.f.advanceMany.ExecContext(bg, int64(cursor), string(list)); err != nil {
+		return fmt.Errorf("advance %d edges: %w", len(ids), err)
+	}
+	set := make(map[int64]bool, len(ids))
+	for _, id := range ids {
+		set[id] = true
+	}
+	t.patches = append(t.patches, func(es []Edge) {
+		for i := range es {
+			if set[es[i].ID] {
+				es[i].Cursor = max(es[i].Cursor, cursor)
+			}
+		}
+	})
+	return nil
+}

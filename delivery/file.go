@@ -71,6 +71,12 @@ type File struct {
 
 	get, put, del, scan, appendLog, head *sql.Stmt
 	cursorGet, cursorPut                 *sql.Stmt
+	advance, advanceMany                 *sql.Stmt
+
+	// edges caches the edge rows for the pump, which reads them every
+	// round; nil when not loaded. Commits keep it current, rollbacks drop
+	// it.
+	edges []Edge
 }
 
 // OpenFile opens (creating if needed) the object file at path.
@@ -119,6 +125,8 @@ func (f *File) init(ctx context.Context) error {
 	prep(&f.head, `SELECT COALESCE(MAX(seq), 0) FROM log`)
 	prep(&f.cursorGet, `SELECT seq FROM cursors WHERE publisher = ? AND topic = ?`)
 	prep(&f.cursorPut, `INSERT INTO cursors (publisher, topic, seq) VALUES (?, ?, ?) ON CONFLICT (publisher, topic) DO UPDATE SET seq = excluded.seq`)
+	prep(&f.advance, `UPDATE edges SET cursor = MAX(cursor, ?), attempts = ?, next_due = ?, node = COALESCE(?, node) WHERE id = ?`)
+	prep(&f.advanceMany, `UPDATE edges SET cursor = MAX(cursor, ?) WHERE id IN (SELECT value FROM json_each(?))`)
 	return err
 }
 
@@ -129,7 +137,7 @@ func (f *File) Path() string { return f.path }
 func (f *File) Close() error {
 	// Statements prepared on the connection keep it (and its three file
 	// descriptors) open until they are closed.
-	for _, st := range []*sql.Stmt{f.get, f.put, f.del, f.scan, f.appendLog, f.head, f.cursorGet, f.cursorPut} {
+	for _, st := range []*sql.Stmt{f.get, f.put, f.del, f.scan, f.appendLog, f.head, f.cursorGet, f.cursorPut, f.advance, f.advanceMany} {
 		if st != nil {
 			st.Close()
 		}
@@ -146,6 +154,11 @@ type Tx struct {
 	f         *File
 	done      bool
 	published int
+
+	// Edge cache upkeep: patches apply to File.edges on commit; a change
+	// the cache cannot follow drops it.
+	dropEdges bool
+	patches   []func([]Edge)
 }
 
 // Begin starts a write transaction. SQLite calls use a background context:
@@ -166,7 +179,16 @@ func (t *Tx) Commit() error {
 	t.done = true
 	if _, err := t.f.conn.ExecContext(context.Background(), "COMMIT"); err != nil {
 		t.f.conn.ExecContext(context.Background(), "ROLLBACK")
+		t.f.edges = nil
 		return fmt.Errorf("commit: %w", err)
+	}
+	switch {
+	case t.dropEdges:
+		t.f.edges = nil
+	case t.f.edges != nil:
+		for _, p := range t.patches {
+			p(t.f.edges)
+		}
 	}
 	return nil
 }
@@ -177,6 +199,9 @@ func (t *Tx) Rollback() error {
 		return nil
 	}
 	t.done = true
+	if t.dropEdges || len(t.patches) > 0 {
+		t.f.edges = nil
+	}
 	_, err := t.f.conn.ExecContext(context.Background(), "ROLLBACK")
 	return err
 }

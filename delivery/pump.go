@@ -292,7 +292,8 @@ func (p *Pump) Round(ctx context.Context, pub Publisher) (bool, time.Time, error
 		}
 	}
 
-	var mu sync.Mutex // guards updates and prunedConns
+	var mu sync.Mutex // guards updates, connAdvance and prunedConns
+	var connAdvance []int64
 	var wg sync.WaitGroup
 	self := p.members.Self()
 	for node, g := range groups {
@@ -301,9 +302,9 @@ func (p *Pump) Round(ctx context.Context, pub Publisher) (bool, time.Time, error
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				ups, gone := p.connections(ctx, node, local, g.conns, events, through, pub.ID())
+				ids, gone := p.connections(ctx, node, local, g.conns, events, pub.ID())
 				mu.Lock()
-				updates = append(updates, ups...)
+				connAdvance = append(connAdvance, ids...)
 				prunedConns = append(prunedConns, gone...)
 				mu.Unlock()
 			}()
@@ -332,6 +333,10 @@ func (p *Pump) Round(ctx context.Context, pub Publisher) (bool, time.Time, error
 		}
 		if pruned > 0 {
 			p.obs.Pruned("connection", pruned)
+		}
+		// Connection edges advance whether or not their pushes landed.
+		if err := tx.AdvanceEdges(connAdvance, through); err != nil {
+			return err
 		}
 		for _, u := range updates {
 			if u.drop {
@@ -363,9 +368,10 @@ func dedupe(s []string) []string {
 }
 
 // connections sends one batch to node carrying the events once beside
-// every connection edge there. Cursors advance whether or not the pushes
-// land: connection edges are at-most-once.
-func (p *Pump) connections(ctx context.Context, node string, local bool, edges []Edge, events []abi.Event, through uint64, pub string) ([]edgeUpdate, []string) {
+// every connection edge there. It returns the edges to advance (all of
+// them: at-most-once, a push that did not land is not retried) and the
+// connections to prune.
+func (p *Pump) connections(ctx context.Context, node string, local bool, edges []Edge, events []abi.Event, pub string) ([]int64, []string) {
 	after := edges[0].Cursor
 	topics := map[string]bool{}
 	b := &ConnBatch{Publisher: pub, Edges: make([]ConnEdge, 0, len(edges))}
@@ -380,9 +386,9 @@ func (p *Pump) connections(ctx context.Context, node string, local bool, edges [
 			b.Events = append(b.Events, ev)
 		}
 	}
-	ups := make([]edgeUpdate, 0, len(edges))
+	ups := make([]int64, 0, len(edges))
 	for _, e := range edges {
-		ups = append(ups, edgeUpdate{edge: e, cursor: max(e.Cursor, through)})
+		ups = append(ups, e.ID)
 	}
 	if len(b.Events) == 0 {
 		return ups, nil
@@ -453,14 +459,23 @@ func (t *Tx) AdvanceEdge(id int64, cursor uint64, attempts int, nextDue time.Tim
 	if !nextDue.IsZero() {
 		due = nextDue.UnixNano()
 	}
-	q := `UPDATE edges SET cursor = MAX(cursor, ?), attempts = ?, next_due = ? WHERE id = ?`
-	args := []any{int64(cursor), attempts, due, id}
+	var nodeArg any
 	if node != "" {
-		q = `UPDATE edges SET cursor = MAX(cursor, ?), attempts = ?, next_due = ?, node = ? WHERE id = ?`
-		args = []any{int64(cursor), attempts, due, node, id}
+		nodeArg = node
 	}
-	if _, err := t.f.conn.ExecContext(bg, q, args...); err != nil {
+	if _, err := t.f.advance.ExecContext(bg, int64(cursor), attempts, due, nodeArg, id); err != nil {
 		return fmt.Errorf("advance edge %d: %w", id, err)
 	}
+	t.patches = append(t.patches, func(es []Edge) {
+		for i := range es {
+			if es[i].ID == id {
+				es[i].Cursor = max(es[i].Cursor, cursor)
+				es[i].Attempts, es[i].NextDue = attempts, due
+				if node != "" {
+					es[i].Node = node
+				}
+			}
+		}
+	})
 	return nil
 }

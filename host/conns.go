@@ -311,7 +311,10 @@ func (c *conn) writeLoop() {
 		if !utf8.Valid(frame) {
 			typ = websocket.MessageBinary
 		}
-		if err := c.ws.Write(c.ctx, typ, frame); err != nil {
+		// A cancellable context costs the socket library a timer per
+		// frame; closing the socket (CloseNow on the way out) is what
+		// interrupts a stuck write.
+		if err := c.ws.Write(context.Background(), typ, frame); err != nil {
 			return
 		}
 		c.n.metrics.frames.Inc()
