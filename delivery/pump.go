@@ -48,8 +48,32 @@ func (realClock) AfterFunc(d time.Duration, f func()) func() bool {
 // RealClock is the wall clock.
 var RealClock Clock = realClock{}
 
+// FanOut says how connection edges cross to their nodes.
+type FanOut string
+
+// Fan-out modes. Only FanOutNode is the product; the others are the
+// baselines the benchmarks compare it with.
+const (
+	// FanOutNode: one call per node carrying the events once (seed 000).
+	FanOutNode FanOut = "node"
+	// FanOutSocket is the naive baseline: one send per watcher.
+	FanOutSocket FanOut = "socket"
+	// FanOutSubject is the baseline users would build on NATS alone: each
+	// event is published once on a subject per topic, every node with
+	// watchers subscribes, and NATS fans out.
+	FanOutSubject FanOut = "subject"
+)
+
+// TopicPublisher is what a Transport offers for FanOutSubject.
+type TopicPublisher interface {
+	PublishTopic(ctx context.Context, publisher string, events []abi.Event) error
+}
+
 // Config configures delivery. Start from DefaultConfig.
 type Config struct {
+	// FanOut selects how connection batches cross to nodes; FanOutNode
+	// unless benchmarking a baseline.
+	FanOut FanOut
 	Inbox       int
 	InlineLimit int
 	RetryBase   time.Duration
@@ -62,6 +86,7 @@ type Config struct {
 // DefaultConfig returns the seed's numbers.
 func DefaultConfig() Config {
 	return Config{
+		FanOut:      FanOutNode,
 		Inbox:       DefaultInbox,
 		InlineLimit: DefaultInlineLimit,
 		RetryBase:   DefaultRetryBase,
@@ -83,6 +108,11 @@ func (c Config) Validate() error {
 	}
 	if c.Clock == nil {
 		errs = append(errs, errors.New("delivery needs a clock"))
+	}
+	switch c.FanOut {
+	case FanOutNode, FanOutSocket, FanOutSubject:
+	default:
+		errs = append(errs, fmt.Errorf("fan-out %q: use node, socket or subject", c.FanOut))
 	}
 	return errors.Join(errs...)
 }
@@ -275,7 +305,10 @@ func (p *Pump) Round(ctx context.Context, pub Publisher) (bool, time.Time, error
 			// home. Not a failure.
 			moved, err := p.members.Locate(ctx, e.Follower)
 			if err != nil {
-				p.log.Warn("cannot locate follower", slog.String("follower", e.Follower), slog.Any("err", err))
+				// Not a failed attempt: look again after the first
+				// backoff, without counting.
+				p.log.Debug("follower not placed yet", slog.String("follower", e.Follower), slog.Any("err", err))
+				updates = append(updates, edgeUpdate{edge: e, cursor: e.Cursor, attempts: e.Attempts, nextDue: now.Add(p.cfg.RetryBase)})
 				continue
 			}
 			node = moved
@@ -296,8 +329,40 @@ func (p *Pump) Round(ctx context.Context, pub Publisher) (bool, time.Time, error
 	var connAdvance []int64
 	var wg sync.WaitGroup
 	self := p.members.Self()
+	if tp, ok := p.transport.(TopicPublisher); ok && p.cfg.FanOut == FanOutSubject {
+		// Baseline: publish each event once on its topic's subject; NATS
+		// fans out to every subscribed node. Refusals are not reported.
+		var all []Edge
+		for _, g := range groups {
+			all = append(all, g.conns...)
+			g.conns = nil
+		}
+		if len(all) > 0 {
+			for _, e := range all {
+				connAdvance = append(connAdvance, e.ID)
+			}
+			if err := tp.PublishTopic(ctx, pub.ID(), events); err != nil {
+				p.log.Warn("topic publish failed", slog.Any("err", err))
+			}
+		}
+	}
 	for node, g := range groups {
 		local := node == self
+		if len(g.conns) > 0 && p.cfg.FanOut == FanOutSocket {
+			// Baseline: one send per watcher.
+			for _, e := range g.conns {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					ids, gone := p.connections(ctx, node, local, []Edge{e}, events, pub.ID())
+					mu.Lock()
+					connAdvance = append(connAdvance, ids...)
+					prunedConns = append(prunedConns, gone...)
+					mu.Unlock()
+				}()
+			}
+			g.conns = nil
+		}
 		if len(g.conns) > 0 {
 			wg.Add(1)
 			go func() {

@@ -7,6 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -189,7 +192,19 @@ func (c *cluster) join(ctx context.Context) error {
 	c.rev, c.renewed = rev, time.Now()
 	c.seen[c.n.id] = nodeInfo{ID: c.n.id}
 	c.lastSeen[c.n.id] = time.Now()
+	// This data directory's earlier ids are dead: this process replaced
+	// them. Say so, so peers need not wait for their leases to lapse.
+	var old []string
+	for id := range c.previous {
+		c.markDeadLocked(id)
+		old = append(old, id)
+	}
 	c.mu.Unlock()
+	for _, id := range old {
+		if _, err := c.nodes.Get(ctx, "n."+id); err == nil {
+			c.nodes.Delete(ctx, "n."+id)
+		}
+	}
 	return nil
 }
 
@@ -430,4 +445,38 @@ func (c *cluster) close() {
 	defer cancel()
 	// Leaving: the id is gone for good; peers prune its connections.
 	c.nodes.Delete(ctx, "n."+c.n.id)
+}
+
+// reclaim takes back, in the directory, every object whose file is in this
+// data directory and whose home is one of its earlier ids: after a restart
+// its followers and callers find it here again.
+func (c *cluster) reclaim(ctx context.Context) {
+	root := filepath.Join(c.n.cfg.DataDir, "objects")
+	progs, err := os.ReadDir(root)
+	if err != nil {
+		return
+	}
+	n := 0
+	for _, p := range progs {
+		files, _ := os.ReadDir(filepath.Join(root, p.Name()))
+		for _, f := range files {
+			name, ok := strings.CutSuffix(f.Name(), ".db")
+			if !ok {
+				continue
+			}
+			id := ObjectID{p.Name(), name}
+			if id.Validate() != nil {
+				continue
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			if h, err := c.home(ctx, id); err == nil && h == c.n.id {
+				n++
+			}
+		}
+	}
+	if n > 0 {
+		c.n.log.Info("objects home here", slog.Int("count", n))
+	}
 }

@@ -186,6 +186,7 @@ func (n *Node) handleConnect(w http.ResponseWriter, r *http.Request) {
 func (c *conn) close() {
 	c.cancel()
 	c.n.conns.remove(c)
+	c.n.topics.drop(c)
 	c.ws.CloseNow()
 	c.mu.Lock()
 	pubs := make([]ObjectID, 0, len(c.follows))
@@ -259,6 +260,9 @@ func (c *conn) handle(req *clientRequest) {
 		}
 		c.follows[pub][req.Topic] = true
 		c.mu.Unlock()
+		if c.n.dcfg.FanOut == delivery.FanOutSubject {
+			c.n.topics.follow(pub, req.Topic, c)
+		}
 		c.reply(map[string]any{"type": "followed", "object": pub.String(), "topic": req.Topic, "edge": e.ID, "cursor": e.Cursor})
 	case "unfollow":
 		ok, err := c.n.Unfollow(c.ctx, pub, abi.FollowerConnection, c.id, req.Topic)

@@ -146,6 +146,7 @@ type Node struct {
 	pump     *delivery.Pump
 	conns    *conns
 	subs     []*nats.Subscription
+	topics   topicSubs // the subject fan-out baseline only
 	// pumps counts running pump goroutines, waited for at shutdown;
 	// pumpMu guards adding to it against stopping.
 	pumps    sync.WaitGroup
@@ -188,6 +189,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	n.metrics.log = n.log
 	n.objects = newObjects(n)
 	n.conns = newConns()
+	n.topics.nodes = n
 	n.dcfg = cfg.Delivery
 	if err := n.open(ctx); err != nil {
 		n.closeParts(context.Background())
@@ -260,9 +262,14 @@ func (n *Node) Start() error {
 		defer n.wg.Done()
 		n.programs.watch(n.bgContext)
 	}()
-	if err := n.resumePublishers(context.Background()); err != nil {
-		n.log.Warn("resume deliveries", slog.Any("err", err))
-	}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		n.cluster.reclaim(n.bgContext)
+		if err := n.resumePublishers(n.bgContext); err != nil {
+			n.log.Warn("resume deliveries", slog.Any("err", err))
+		}
+	}()
 	n.log.Info("node started", slog.String("http", n.URL()), slog.String("data", n.cfg.DataDir))
 	return nil
 }

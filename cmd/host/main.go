@@ -62,6 +62,10 @@ func nodeFlags() []cli.Flag {
 		&cli.IntFlag{Name: "max-active-objects", Value: d.MaxActiveObjects, EnvVars: []string{"HOST_MAX_ACTIVE_OBJECTS"}, Usage: "objects kept active (open file + instance); the least recently used idle one is deactivated past this"},
 		&cli.DurationFlag{Name: "idle-timeout", Value: d.IdleTimeout, EnvVars: []string{"HOST_IDLE_TIMEOUT"}, Usage: "deactivate an object unused this long"},
 		&cli.StringFlag{Name: "sync", Value: "normal", EnvVars: []string{"HOST_SYNC"}, Usage: "SQLite synchronous setting for object files: normal (survives a process crash) or full (also power loss, an fsync per commit)"},
+		&cli.DurationFlag{Name: "lease-ttl", Value: d.LeaseTTL, EnvVars: []string{"HOST_LEASE_TTL"}, Usage: "a node that has not renewed its cluster lease for this long is gone for good (its id never returns)"},
+		&cli.DurationFlag{Name: "heartbeat", Value: d.Heartbeat, EnvVars: []string{"HOST_HEARTBEAT"}, Usage: "how often a node renews its lease"},
+		&cli.IntFlag{Name: "kv-replicas", Value: d.KVReplicas, EnvVars: []string{"HOST_KV_REPLICAS"}, Usage: "replicas of the cluster's JetStream buckets with --nats-url (the embedded cluster picks 3 from 3 nodes up)"},
+		&cli.StringFlag{Name: "fanout", Value: string(d.Delivery.FanOut), EnvVars: []string{"HOST_FANOUT"}, Usage: "how connection events cross nodes: node (one call per node; the product), or the benchmark baselines socket (one send per watcher) and subject (NATS subject per topic)"},
 		&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"HOST_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
 	}
 }
@@ -80,6 +84,10 @@ func nodeConfig(c *cli.Context, stderr io.Writer) (host.Config, error) {
 	cfg.MaxActiveObjects = c.Int("max-active-objects")
 	cfg.IdleTimeout = c.Duration("idle-timeout")
 	cfg.Sync = delivery.Sync(strings.ToUpper(c.String("sync")))
+	cfg.LeaseTTL = c.Duration("lease-ttl")
+	cfg.Heartbeat = c.Duration("heartbeat")
+	cfg.KVReplicas = c.Int("kv-replicas")
+	cfg.Delivery.FanOut = delivery.FanOut(c.String("fanout"))
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(c.String("log-level"))); err != nil {
 		return cfg, fmt.Errorf("--log-level: %w", err)
@@ -111,7 +119,17 @@ Then:        host call counter/c1 inc`,
 				Description: `Runs a node: the HTTP API, the objects it holds and an embedded NATS server.
 With no flags: data under ./data, HTTP on 127.0.0.1:7070, NATS in process.
 Every flag also reads its HOST_... environment variable.
-Ctrl-C or SIGTERM shuts down gracefully: running calls finish first.`,
+Ctrl-C or SIGTERM shuts down gracefully: running calls finish first.
+
+A cluster on one machine, three terminals (each node its own data and port):
+  host serve --data d1 --listen 127.0.0.1:7071 --nats-cluster 127.0.0.1:6221 \
+    --nats-routes nats://127.0.0.1:6222,nats://127.0.0.1:6223
+  host serve --data d2 --listen 127.0.0.1:7072 --nats-cluster 127.0.0.1:6222 \
+    --nats-routes nats://127.0.0.1:6221,nats://127.0.0.1:6223
+  host serve --data d3 --listen 127.0.0.1:7073 --nats-cluster 127.0.0.1:6223 \
+    --nats-routes nats://127.0.0.1:6221,nats://127.0.0.1:6222
+Or point every node at an existing NATS cluster (JetStream on) with --nats-url.
+A call or a watch against any node reaches the object's home node.`,
 				Flags: nodeFlags(),
 				Action: func(c *cli.Context) error {
 					cfg, err := nodeConfig(c, stderr)
@@ -298,6 +316,18 @@ Example: host watch chat/room1 --topic messages`,
 				},
 			},
 			{
+				Name:  "cluster",
+				Usage: "list the live nodes of the cluster: ids, addresses, objects and connections held",
+				Flags: []cli.Flag{serverFlag(), tokenFlag()},
+				Action: func(c *cli.Context) error {
+					var v json.RawMessage
+					if err := client(c).Get(c.Context, "/v1/cluster", &v); err != nil {
+						return err
+					}
+					return printJSON(stdout, v)
+				},
+			},
+			{
 				Name:      "programs",
 				Usage:     "list programs (the latest version of each), or every version of one",
 				ArgsUsage: "[NAME]",
@@ -325,28 +355,38 @@ func printJSON(w io.Writer, v any) error {
 }
 
 // serve runs a node until SIGINT/SIGTERM, calling setup once it listens.
+// A node that loses its cluster lease is gone for good: serve starts a new
+// one, under a new id, on the same data directory.
 func serve(parent context.Context, cfg host.Config, setup func(context.Context, *host.Node) error, stdout io.Writer) error {
 	ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	n, err := host.New(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	if err := n.Start(); err != nil {
-		n.Shutdown(context.Background())
-		return err
-	}
-	if setup != nil {
-		if err := setup(ctx, n); err != nil {
+	for {
+		n, err := host.New(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		if err := n.Start(); err != nil {
 			n.Shutdown(context.Background())
 			return err
 		}
+		if setup != nil {
+			if err := setup(ctx, n); err != nil {
+				n.Shutdown(context.Background())
+				return err
+			}
+			setup = nil
+		}
+		select {
+		case <-n.LeaseLost():
+			fmt.Fprintf(stdout, "node %s lost its lease; rejoining under a new id\n", n.ID())
+			continue
+		case <-ctx.Done():
+		}
+		fmt.Fprintln(stdout, "shutting down: finishing running calls")
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		return n.Shutdown(sctx)
 	}
-	<-ctx.Done()
-	fmt.Fprintln(stdout, "shutting down: finishing running calls")
-	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	return n.Shutdown(sctx)
 }
 
 func devSetup(ctx context.Context, n *host.Node, stdout io.Writer) error {
