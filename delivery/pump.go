@@ -255,10 +255,33 @@ func (p *Pump) Round(ctx context.Context, pub Publisher) (bool, time.Time, error
 	var events []abi.Event
 	var next time.Time
 	now := p.cfg.Clock.Now()
+	var deadConns []string
 	err := pub.Between(ctx, func(tx *Tx) error {
 		head, err := tx.Head()
 		if err != nil {
 			return err
+		}
+		// A connection whose node is gone is gone too, due or not.
+		all, err := tx.cachedEdges()
+		if err != nil {
+			return err
+		}
+		for _, e := range all {
+			if e.Kind == abi.FollowerConnection && !p.members.Live(e.Node) {
+				deadConns = append(deadConns, e.Follower)
+			}
+		}
+		if len(deadConns) > 0 {
+			pruned := 0
+			for _, c := range dedupe(deadConns) {
+				n, err := tx.RemoveFollower(abi.FollowerConnection, c)
+				if err != nil {
+					return err
+				}
+				pruned += n
+			}
+			p.obs.Pruned("node_gone", pruned)
+			return nil
 		}
 		if due, err = tx.DueEdges(head, now); err != nil {
 			return err
@@ -277,6 +300,9 @@ func (p *Pump) Round(ctx context.Context, pub Publisher) (bool, time.Time, error
 		events, err = tx.Events(after, p.cfg.BatchEvents, p.cfg.BatchBytes)
 		return err
 	})
+	if len(deadConns) > 0 && err == nil {
+		return true, time.Time{}, nil
+	}
 	if err != nil || len(due) == 0 {
 		return false, next, err
 	}

@@ -226,6 +226,7 @@ func (c *cluster) run() {
 			return
 		case <-t.C:
 		}
+		c.sweep()
 		c.mu.Lock()
 		paused, rev := c.paused, c.rev
 		c.mu.Unlock()
@@ -259,12 +260,10 @@ func (c *cluster) run() {
 		if ctx.Err() != nil {
 			return
 		}
-		c.mu.Lock()
-		lapsed := time.Since(c.renewed) >= c.ttl
-		c.mu.Unlock()
-		if lapsed || errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) || isWrongSequence(err) {
-			// The key is gone (expired) or someone else wrote it: either
-			// way this id is dead.
+		// Only proof ends the lease: the key expired or changed hands. An
+		// unreachable store (a leader election after a peer died) is not
+		// proof; meanwhile leaseValid turns false and calls are refused.
+		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) || isWrongSequence(err) {
 			c.n.log.Error("lease lost: this node's id is gone for good", slog.Any("err", err))
 			c.n.leaseLost()
 			return
@@ -292,6 +291,7 @@ func (c *cluster) watch(ctx context.Context) {
 			}
 			id := e.Key()[2:]
 			c.mu.Lock()
+			died := false
 			switch e.Operation() {
 			case jetstream.KeyValuePut:
 				var info nodeInfo
@@ -300,9 +300,13 @@ func (c *cluster) watch(ctx context.Context) {
 					c.lastSeen[id] = time.Now()
 				}
 			default:
+				died = !c.dead[id] && id != c.n.id
 				c.markDeadLocked(id)
 			}
 			c.mu.Unlock()
+			if died {
+				c.n.nodeGone(id)
+			}
 		}
 		w.Stop()
 	}
@@ -318,6 +322,23 @@ func (c *cluster) markDeadLocked(id string) {
 		if h == id {
 			delete(c.homes, o)
 		}
+	}
+}
+
+// sweep declares dead the nodes not heard from for a lease TTL (and a
+// heartbeat of slack), whether or not an expiry marker arrived.
+func (c *cluster) sweep() {
+	var gone []string
+	c.mu.Lock()
+	for id, last := range c.lastSeen {
+		if id != c.n.id && !c.dead[id] && time.Since(last) > c.ttl+c.beat {
+			c.markDeadLocked(id)
+			gone = append(gone, id)
+		}
+	}
+	c.mu.Unlock()
+	for _, id := range gone {
+		c.n.nodeGone(id)
 	}
 }
 

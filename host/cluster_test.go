@@ -28,6 +28,31 @@ func freeAddr(t *testing.T) string {
 // embedded NATS servers on loopback, and uploads the examples once.
 func clusterOf(t *testing.T, k int, mutate func(i int, c *host.Config)) []*host.Node {
 	t.Helper()
+	nodes, _ := clusterWithConfigs(t, k, mutate)
+	return nodes
+}
+
+// startNodeCfg starts one more node (a restart, or a late joiner).
+func startNodeCfg(t *testing.T, cfg host.Config) *host.Node {
+	t.Helper()
+	n, err := host.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		n.Shutdown(ctx)
+	})
+	return n
+}
+
+func clusterWithConfigs(t *testing.T, k int, mutate func(i int, c *host.Config)) ([]*host.Node, []host.Config) {
+	t.Helper()
+	cfgs := make([]host.Config, k)
 	routes := make([]string, k)
 	for i := range routes {
 		routes[i] = freeAddr(t)
@@ -50,6 +75,7 @@ func clusterOf(t *testing.T, k int, mutate func(i int, c *host.Config)) []*host.
 		if mutate != nil {
 			mutate(i, &cfg)
 		}
+		cfgs[i] = cfg
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -88,7 +114,7 @@ func clusterOf(t *testing.T, k int, mutate func(i int, c *host.Config)) []*host.
 		}
 		return true
 	})
-	return nodes
+	return nodes, cfgs
 }
 
 func TestClusterCallsReachTheHomeFromAnyNode(t *testing.T) {
@@ -219,5 +245,57 @@ func TestD09_ObjectFollowersOnOtherNodes(t *testing.T) {
 	}
 	if ranged < followers {
 		t.Fatalf("the >32 KB event should reach each follower as a range read from the holder (%v)", ranged)
+	}
+}
+
+// conformance: D20 D21
+func TestD20_FollowerRehomedAfterRestartIsNotAFailure(t *testing.T) {
+	nodes, cfgs := clusterWithConfigs(t, 3, nil)
+	ctx := context.Background()
+	a := &host.Client{Base: nodes[0].URL()}
+	c := &host.Client{Base: nodes[2].URL()}
+	dcall(t, a, "chat/room1", "post", `{"text":"home on node 0"}`)
+	dcall(t, c, "tally/t1", "follow", `{"publisher":"chat/room1"}`) // tally homes on node 2
+	w := follow(t, c, "chat/w", "chat/room1", "messages", "")     // a socket on node 2
+	dcall(t, a, "chat/room1", "post", `{"author":"ann","text":"one"}`)
+	waitUntil(t, "counted on node 2", 20*time.Second, func() bool { return strings.Contains(dcall(t, c, "tally/t1", "counts", ""), `"total":1`) })
+	waitUntil(t, "watched on node 2", 20*time.Second, func() bool { return len(w.seqs(t)) == 1 })
+	oldID := nodes[2].ID()
+
+	// Node 2 goes away; a new process on its data directory comes back
+	// under a new id.
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	nodes[2].Shutdown(sctx)
+	cancel()
+	cfg := cfgs[2]
+	cfg.Listen = "127.0.0.1:0"
+	n2 := startNodeCfg(t, cfg)
+	if n2.ID() == oldID {
+		t.Fatal("a node id returned")
+	}
+	waitUntil(t, "old id gone from the cluster", 20*time.Second, func() bool {
+		var v struct{ Nodes []struct{ ID string } }
+		a.Get(ctx, "/v1/cluster", &v)
+		for _, n := range v.Nodes {
+			if n.ID == oldID {
+				return false
+			}
+		}
+		return len(v.Nodes) == 3
+	})
+	dcall(t, a, "chat/room1", "post", `{"author":"bob","text":"two"}`)
+	c2 := &host.Client{Base: n2.URL()}
+	waitUntil(t, "the rehomed tally counts", 20*time.Second, func() bool {
+		return dcall(t, c2, "tally/t1", "counts", "") == `{"authors":{"ann":1,"bob":1},"duplicates":0,"total":2}`
+	})
+	es := edges(t, a, "chat/room1")
+	if len(es) != 1 {
+		t.Fatalf("edges %v: the dead node's connection edge should be pruned, the tally's kept", es)
+	}
+	if es[0]["node"] != n2.ID() || es[0]["attempts"].(float64) != 0 || es[0]["kind"] != "object" {
+		t.Fatalf("tally edge %v: want rehomed to %s with no failed attempt", es[0], n2.ID())
+	}
+	if got := metric(t, a, "host_delivery_retries_total"); got != 0 {
+		t.Fatalf("%v retries: rehoming must not count as a failure", got)
 	}
 }

@@ -550,3 +550,12 @@ func (n *Node) runEvent(ctx context.Context, id ObjectID, ev *abi.Event) ([]byte
 	}
 	return frame, tx.Commit()
 }
+
+// nodeGone runs when a node's lease ends: every active publisher runs a
+// round, pruning the edges of connections that lived there.
+func (n *Node) nodeGone(id string) {
+	n.log.Info("node gone", slog.String("gone", id))
+	for _, o := range n.objects.activeIDs() {
+		n.kick(o)
+	}
+}

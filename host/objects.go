@@ -191,6 +191,17 @@ func (r *objects) closeAll() {
 	r.deactivate(all)
 }
 
+// activeIDs lists the active objects.
+func (r *objects) activeIDs() []ObjectID {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]ObjectID, 0, len(r.active))
+	for id := range r.active {
+		out = append(out, id)
+	}
+	return out
+}
+
 // isActive reports whether id is active here (so this node is its home).
 func (r *objects) isActive(id ObjectID) bool {
 	r.mu.Lock()

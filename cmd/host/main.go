@@ -327,6 +327,7 @@ Example: host watch chat/room1 --topic messages`,
 					return printJSON(stdout, v)
 				},
 			},
+			benchCommand(stdout, stderr),
 			{
 				Name:      "programs",
 				Usage:     "list programs (the latest version of each), or every version of one",

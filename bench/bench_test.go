@@ -1,0 +1,57 @@
+package bench
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+)
+
+// TestFanoutTiny runs 2 node processes, 20 watchers and 5 messages end to
+// end: in the product mode a message costs one connection batch per node
+// holding sockets, and every watcher gets every message in order.
+func TestFanoutTiny(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts node processes")
+	}
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "host")
+	_, file, _, _ := runtime.Caller(0)
+	build := exec.Command("go", "build", "-o", exe, "./cmd/host")
+	build.Dir = filepath.Dir(filepath.Dir(file))
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	r, err := RunFanout(ctx, FanoutConfig{
+		Exe: exe, Nodes: 2, Watchers: 20, Messages: 5, Mode: ModeNode,
+		Timeout: 30 * time.Second, Dir: filepath.Join(dir, "run"),
+		Progress: func(stage string, done, total int) {
+			if done == total {
+				t.Logf("%s: %d/%d", stage, done, total)
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("sends/msg %v, inter-node/msg %v, bytes/msg %v, p50 %.2f ms, p99 %.2f ms", r.SendsPerMsg, r.InterNodePerMsg, r.BytesPerMsg, r.P50Ms, r.P99Ms)
+	if r.NodesWithSockets != 2 {
+		t.Fatalf("watchers on %d nodes, want 2", r.NodesWithSockets)
+	}
+	if r.SendsPerMsg != float64(r.NodesWithSockets) {
+		t.Errorf("sends per message = %v, want %d (one per node holding sockets)", r.SendsPerMsg, r.NodesWithSockets)
+	}
+	if r.InterNodePerMsg != float64(r.NodesWithSockets-1) {
+		t.Errorf("inter-node calls per message = %v, want %d (the publisher's own node delivers locally)", r.InterNodePerMsg, r.NodesWithSockets-1)
+	}
+	if r.Delivered != r.Expected || r.OutOfOrder != 0 {
+		t.Errorf("delivered %d of %d, %d out of order", r.Delivered, r.Expected, r.OutOfOrder)
+	}
+	if r.FramesPerMsg != 20 {
+		t.Errorf("socket frames per message = %v, want 20", r.FramesPerMsg)
+	}
+}

@@ -1,0 +1,218 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// watchers are WebSocket clients in this process, each following the
+// publisher's "messages" topic through one node. Every reader parses the
+// forward envelope's seq and time (the publisher's clock at publish, in
+// ns: every process here shares the machine's clock) and, while measuring,
+// keeps publish→socket latencies in its own slice.
+type watchers struct {
+	ws      []*websocket.Conn
+	node    []int
+	lat     [][]int64       // per watcher, ns; written only by its reader
+	lastSeq []atomic.Uint64 // per watcher; written only by its reader
+
+	measuring  atomic.Bool
+	received   atomic.Int64 // event frames while measuring
+	target     atomic.Int64
+	reached    chan struct{}
+	outOfOrder atomic.Int64
+	notices    atomic.Int64 // non-event frames after the follow (behind, error)
+	lastNotice atomic.Pointer[string]
+	sample     atomic.Pointer[[]byte]
+	wg         sync.WaitGroup
+}
+
+// dialWatchers opens w connections spread round-robin over urls and follows
+// Publisher's "messages" topic on each.
+func dialWatchers(ctx context.Context, urls []string, w int, progress Progress) (*watchers, error) {
+	ws := &watchers{
+		ws: make([]*websocket.Conn, w), node: make([]int, w),
+		lat: make([][]int64, w), lastSeq: make([]atomic.Uint64, w),
+		reached: make(chan struct{}, 1),
+	}
+	follow := []byte(`{"type":"follow","object":"` + Publisher + `","topic":"messages"}`)
+	var next, done atomic.Int64
+	errs := make(chan error, 64)
+	var dialers sync.WaitGroup
+	for d := 0; d < 32; d++ {
+		dialers.Add(1)
+		go func() {
+			defer dialers.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= w {
+					return
+				}
+				node := i % len(urls)
+				url := "ws" + strings.TrimPrefix(urls[node], "http") + "/v1/objects/" + Publisher + "/connect"
+				dctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+				c, err := dialFollow(dctx, url, follow)
+				cancel()
+				if err != nil {
+					errs <- fmt.Errorf("watcher %d on node %d: %w", i, node, err)
+					return
+				}
+				ws.ws[i], ws.node[i] = c, node
+				if n := int(done.Add(1)); progress != nil && (n%50 == 0 || n == w) {
+					progress("watchers", n, w)
+				}
+			}
+		}()
+	}
+	dialers.Wait()
+	select {
+	case err := <-errs:
+		ws.close()
+		return nil, err
+	default:
+	}
+	for i := range ws.ws {
+		ws.wg.Add(1)
+		go ws.read(i)
+	}
+	return ws, nil
+}
+
+func dialFollow(ctx context.Context, url string, follow []byte) (*websocket.Conn, error) {
+	c, _, err := websocket.Dial(ctx, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	c.SetReadLimit(1 << 20)
+	if err := c.Write(ctx, websocket.MessageText, follow); err != nil {
+		c.CloseNow()
+		return nil, err
+	}
+	for {
+		_, m, err := c.Read(ctx)
+		if err != nil {
+			c.CloseNow()
+			return nil, err
+		}
+		if bytes.Contains(m, []byte(`"type":"error"`)) {
+			c.CloseNow()
+			return nil, fmt.Errorf("follow: %s", m)
+		}
+		if bytes.Contains(m, []byte(`"type":"followed"`)) {
+			return c, nil
+		}
+	}
+}
+
+var (
+	eventPrefix = []byte(`{"type":"event"`)
+	seqKey      = []byte(`"seq":`)
+	timeKey     = []byte(`"time":`)
+)
+
+// number parses the decimal integer after key in f.
+func number(f, key []byte) (int64, bool) {
+	i := bytes.Index(f, key)
+	if i < 0 {
+		return 0, false
+	}
+	var v int64
+	ok := false
+	for _, d := range f[i+len(key):] {
+		if d < '0' || d > '9' {
+			break
+		}
+		v, ok = v*10+int64(d-'0'), true
+	}
+	return v, ok
+}
+
+// read consumes frames into a reused buffer.
+func (ws *watchers) read(i int) {
+	defer ws.wg.Done()
+	c := ws.ws[i]
+	buf := make([]byte, 4096)
+	for {
+		_, r, err := c.Reader(context.Background())
+		if err != nil {
+			return
+		}
+		n := 0
+		for {
+			k, err := r.Read(buf[n:])
+			n += k
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				return
+			}
+			if n == len(buf) {
+				buf = append(buf, make([]byte, len(buf))...)
+			}
+		}
+		now := time.Now().UnixNano()
+		f := buf[:n]
+		if !bytes.HasPrefix(f, eventPrefix) {
+			ws.notices.Add(1)
+			s := string(f)
+			ws.lastNotice.Store(&s)
+			continue
+		}
+		if ws.sample.Load() == nil {
+			cp := bytes.Clone(f)
+			ws.sample.CompareAndSwap(nil, &cp)
+		}
+		seq, _ := number(f, seqKey)
+		if uint64(seq) <= ws.lastSeq[i].Load() {
+			ws.outOfOrder.Add(1)
+		}
+		ws.lastSeq[i].Store(uint64(seq))
+		if !ws.measuring.Load() {
+			continue
+		}
+		if t, ok := number(f, timeKey); ok {
+			ws.lat[i] = append(ws.lat[i], now-t)
+		}
+		if ws.received.Add(1) >= ws.target.Load() {
+			select {
+			case ws.reached <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// waitFor waits until received reaches target or timeout passes.
+func (ws *watchers) waitFor(ctx context.Context, target int64, timeout time.Duration) bool {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	for ws.received.Load() < target {
+		select {
+		case <-ws.reached:
+		case <-t.C:
+			return ws.received.Load() >= target
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return true
+}
+
+// close closes every socket and waits for the readers.
+func (ws *watchers) close() {
+	for _, c := range ws.ws {
+		if c != nil {
+			c.CloseNow()
+		}
+	}
+	ws.wg.Wait()
+}

@@ -1,0 +1,195 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/durable-host/host/bench"
+)
+
+// benchCommand is `host bench fanout` and `host bench followers`. The flags
+// sit on `bench` itself (the subcommands read them through their parent),
+// so they may come before or after the subcommand's name.
+func benchCommand(stdout, stderr io.Writer) *cli.Command {
+	return &cli.Command{
+		Name:  "bench",
+		Usage: "benchmark fan-out across node processes on this machine: fanout (WebSocket watchers) or followers (durable objects)",
+		Description: `Starts --nodes "host serve" processes of this binary on loopback (each its own
+temporary data directory, HTTP port and NATS route port, clustered), uploads
+the chat and tally examples, and publishes --messages messages to chat/room1
+on node 0, one at a time (closed loop: the next goes out once every watcher
+or follower has the previous one). Figures come from the nodes' /metrics and
+from clients in this process.
+
+  host bench fanout --fanout all       product vs both baselines, 8 nodes, 5,000 watchers
+  host bench followers                 50 tally objects following the room
+
+fanout: --watchers WebSocket clients spread round-robin over the nodes; prints
+sends per message, inter-node bytes per message, node CPU seconds per
+message, publish→socket latency p50/p99/p999, deliveries per second; then the
+raw single-process WebSocket ceiling for the same number of sockets.
+--fanout picks the nodes' mode: node (the product: one call per node holding
+sockets), socket (baseline: one inter-node send per watcher), subject
+(baseline: a NATS subject per topic, NATS fans out), or all (each on a fresh
+cluster, same workload, with ratios).
+
+followers: --followers tally objects on the nodes other than the publisher's;
+prints deliveries per message, latency until every follower committed, events
+per second, and checks every follower counted every event exactly once.
+
+Needs ulimit -n of at least --watchers + 1024 (2 × --watchers + 512 for the
+raw ceiling); it raises the soft limit to the hard one.`,
+		Flags: []cli.Flag{
+			&cli.IntFlag{Name: "nodes", Value: 8, Usage: "node processes to start"},
+			&cli.IntFlag{Name: "watchers", Value: 5000, Usage: "fanout: WebSocket watchers, spread round-robin over the nodes"},
+			&cli.IntFlag{Name: "followers", Value: 50, Usage: "followers: tally objects following the room, on the nodes other than the publisher's"},
+			&cli.IntFlag{Name: "messages", Value: 100, Usage: "measured messages (after 3 unmeasured warm-up ones)"},
+			&cli.StringFlag{Name: "fanout", Value: bench.ModeNode, Usage: "fanout: node, socket, subject or all"},
+			&cli.BoolFlag{Name: "no-raw", Usage: "fanout: skip the raw single-process WebSocket ceiling"},
+			&cli.DurationFlag{Name: "timeout", Value: 60 * time.Second, Usage: "longest wait for one message to reach everyone"},
+			&cli.DurationFlag{Name: "lease-ttl", Value: 60 * time.Second, Usage: "the nodes' --lease-ttl (long: a loaded machine misses heartbeats)"},
+			&cli.StringFlag{Name: "log-level", Value: "warn", Usage: "the nodes' --log-level (their output goes to node-I.log in the run directory)"},
+			&cli.StringFlag{Name: "dir", Usage: "keep the nodes' data and logs under `DIR` (default: a temporary directory, removed)"},
+			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
+			&cli.BoolFlag{Name: "no-progress", Usage: "no progress line on stderr"},
+		},
+		Subcommands: []*cli.Command{
+			{
+				Name:  "fanout",
+				Usage: "WebSocket watchers over node processes: the product vs the per-socket and NATS-subject baselines",
+				Action: func(c *cli.Context) error {
+					modes := []string{c.String("fanout")}
+					switch modes[0] {
+					case "all":
+						modes = bench.Modes
+					case bench.ModeNode, bench.ModeSocket, bench.ModeSubject:
+					default:
+						return fmt.Errorf("--fanout %q: want node, socket, subject or all", modes[0])
+					}
+					cfg, err := benchBase(c, stderr)
+					if err != nil {
+						return err
+					}
+					defer cfg.done()
+					rep, err := bench.RunFanoutAll(cfg.ctx, bench.FanoutAllConfig{
+						FanoutConfig: bench.FanoutConfig{
+							Exe: cfg.exe, Nodes: c.Int("nodes"), Watchers: c.Int("watchers"), Messages: c.Int("messages"),
+							Timeout: c.Duration("timeout"), LeaseTTL: c.Duration("lease-ttl"), LogLevel: c.String("log-level"),
+							Dir: c.String("dir"), Progress: cfg.progress,
+						},
+						Modes:   modes,
+						SkipRaw: c.Bool("no-raw"),
+					})
+					cfg.done()
+					if rep != nil && (len(rep.Runs) > 0 || err == nil) {
+						if c.Bool("json") {
+							if perr := printJSON(stdout, rep); perr != nil {
+								return perr
+							}
+						} else {
+							rep.WriteTable(stdout)
+						}
+					}
+					return err
+				},
+			},
+			{
+				Name:  "followers",
+				Usage: "durable object followers (tally) on other node processes following one chat room",
+				Action: func(c *cli.Context) error {
+					cfg, err := benchBase(c, stderr)
+					if err != nil {
+						return err
+					}
+					defer cfg.done()
+					m := bench.ThisMachine()
+					r, err := bench.RunFollowers(cfg.ctx, bench.FollowersConfig{
+						Exe: cfg.exe, Nodes: c.Int("nodes"), Followers: c.Int("followers"), Messages: c.Int("messages"),
+						Timeout: c.Duration("timeout"), LeaseTTL: c.Duration("lease-ttl"), LogLevel: c.String("log-level"),
+						Dir: c.String("dir"), Progress: cfg.progress,
+					})
+					cfg.done()
+					if err != nil {
+						return err
+					}
+					if c.Bool("json") {
+						return printJSON(stdout, struct {
+							Machine bench.Machine `json:"machine"`
+							*bench.FollowersResult
+						}{m, r})
+					}
+					r.WriteTable(stdout, m)
+					return nil
+				},
+			},
+		},
+	}
+}
+
+// benchRun is what both subcommands share: the node executable, a context
+// cancelled by Ctrl-C, and the progress line.
+type benchRun struct {
+	exe      string
+	ctx      context.Context
+	progress bench.Progress
+	done     func() // clears the progress line and stops listening for signals
+}
+
+func benchBase(c *cli.Context, stderr io.Writer) (*benchRun, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("cannot find this executable to start nodes: %w", err)
+	}
+	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+	p := &progressLine{w: stderr, off: c.Bool("no-progress")}
+	var once sync.Once
+	return &benchRun{exe: exe, ctx: ctx, progress: p.update, done: func() { once.Do(func() { p.clear(); stop() }) }}, nil
+}
+
+// progressLine draws one "\r" line on stderr: the stage, a bar, done/total.
+type progressLine struct {
+	mu   sync.Mutex
+	w    io.Writer
+	off  bool
+	last time.Time
+	n    int // width of the last line drawn
+}
+
+func (p *progressLine) update(stage string, done, total int) {
+	if p.off {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if done < total && time.Since(p.last) < 100*time.Millisecond {
+		return
+	}
+	p.last = time.Now()
+	const width = 30
+	fill := 0
+	if total > 0 {
+		fill = min(width, done*width/total)
+	}
+	line := fmt.Sprintf("%-28s [%s%s] %d/%d", stage, strings.Repeat("#", fill), strings.Repeat("-", width-fill), done, total)
+	pad := max(0, p.n-len(line))
+	fmt.Fprintf(p.w, "\r%s%s", line, strings.Repeat(" ", pad))
+	p.n = len(line)
+}
+
+func (p *progressLine) clear() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.n > 0 {
+		fmt.Fprintf(p.w, "\r%s\r", strings.Repeat(" ", p.n))
+		p.n = 0
+	}
+}

@@ -1,0 +1,228 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/durable-host/host/host"
+	"github.com/durable-host/host/vm/vmtest"
+)
+
+// startClusterNode runs `host serve` in a cluster of routes as its own
+// process and waits for /healthz.
+func startClusterNode(t *testing.T, bin, data, addr string, route string, peers []string) *server {
+	t.Helper()
+	s := &server{out: &bytes.Buffer{}, done: make(chan error, 1)}
+	args := []string{"serve", "--data", data, "--listen", addr, "--log-level", "warn",
+		"--nats-cluster", route, "--lease-ttl", "6s", "--heartbeat", "500ms"}
+	for _, p := range peers {
+		args = append(args, "--nats-routes", "nats://"+p)
+	}
+	s.cmd = exec.Command(bin, args...)
+	s.cmd.Env = cleanEnv()
+	lw := &lockedWriter{w: s.out}
+	s.cmd.Stdout, s.cmd.Stderr = lw, lw
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { s.done <- s.cmd.Wait() }()
+	t.Cleanup(func() {
+		if !s.waited {
+			s.cmd.Process.Kill()
+			<-s.done
+		}
+	})
+	return s
+}
+
+func waitHealthy(t *testing.T, addr string, s *server) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		resp, err := http.Get("http://" + addr + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		select {
+		case err := <-s.done:
+			s.waited = true
+			t.Fatalf("host serve exited early: %v\n%s", err, s.out)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("host serve not healthy within 90s\n%s", s.out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestD21_KillNodeHoldingSockets runs three `host serve` processes in a
+// cluster, watches a room from two of them, kills one with SIGKILL and
+// checks: delivery to the other watcher goes on, the dead node's
+// connection edges are pruned, and its objects answer "unavailable" at
+// once instead of hanging.
+//
+// conformance: D13 D21
+func TestD21_KillNodeHoldingSockets(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a cluster of processes; not in -short")
+	}
+	bin := hostBinary(t)
+	addrs := []string{freePort(t), freePort(t), freePort(t)}
+	routes := []string{freePort(t), freePort(t), freePort(t)}
+	servers := make([]*server, 3)
+	for i := range servers {
+		var peers []string
+		for j, r := range routes {
+			if j != i {
+				peers = append(peers, r)
+			}
+		}
+		servers[i] = startClusterNode(t, bin, t.TempDir(), addrs[i], routes[i], peers)
+	}
+	for i, s := range servers {
+		waitHealthy(t, addrs[i], s)
+	}
+	ctx := context.Background()
+	cs := make([]*host.Client, 3)
+	for i, a := range addrs {
+		cs[i] = &host.Client{Base: "http://" + a}
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var v struct{ Nodes []any }
+		if cs[0].Get(ctx, "/v1/cluster", &v) == nil && len(v.Nodes) == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("cluster did not form")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if _, err := cs[0].Upload(ctx, "chat", vmtest.Wasm(t, "chat")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs[0].Call(ctx, "chat/room1", "post", []byte(`{"text":"home on node 0"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs[2].Call(ctx, "chat/doomed", "post", []byte(`{"text":"home on node 2"}`)); err != nil {
+		t.Fatal(err)
+	}
+
+	var mu sync.Mutex
+	got := map[int][]string{}
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	for _, i := range []int{1, 2} {
+		followed := make(chan struct{})
+		go func() {
+			cs[i].Watch(wctx, "chat/room1", host.WatchOptions{Topic: "messages"}, func(frame []byte) bool {
+				mu.Lock()
+				got[i] = append(got[i], string(frame))
+				mu.Unlock()
+				return true
+			})
+		}()
+		// Watch returns frames only after the follow; wait for the edge.
+		go func() {
+			for {
+				var e struct{ Edges []any }
+				if cs[0].Get(ctx, "/v1/objects/chat/room1/edges", &e) == nil && len(e.Edges) >= i {
+					close(followed)
+					return
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}()
+		<-followed
+	}
+	count := func(i int) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got[i])
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out: %s", what)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	cs[0].Call(ctx, "chat/room1", "post", []byte(`{"text":"before"}`))
+	waitFor("both watchers see the first post", func() bool { return count(1) == 1 && count(2) == 1 })
+
+	var health struct{ Node string }
+	cs[2].Get(ctx, "/healthz", &health)
+	servers[2].cmd.Process.Kill()
+	<-servers[2].done
+	servers[2].waited = true
+
+	for k := 0; k < 5; k++ {
+		if _, err := cs[0].Call(ctx, "chat/room1", "post", []byte(fmt.Sprintf(`{"text":"after %d"}`, k))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor("the live node's watcher keeps receiving", func() bool { return count(1) == 6 })
+	var lastEdges any
+	defer func() {
+		if t.Failed() {
+			t.Logf("dead node %s; last edges %+v", health.Node, lastEdges)
+		}
+	}()
+	waitFor("the dead node's connection edge pruned", func() bool {
+		var e struct {
+			Edges []struct{ Node string } `json:"edges"`
+		}
+		if err := cs[0].Get(ctx, "/v1/objects/chat/room1/edges", &e); err != nil {
+			lastEdges = err
+			return false
+		}
+		lastEdges = e
+		for _, edge := range e.Edges {
+			if edge.Node == health.Node {
+				return false
+			}
+		}
+		return len(e.Edges) == 1
+	})
+	// The dead node's object: a clear error, promptly.
+	start := time.Now()
+	var err error
+	for time.Since(start) < 30*time.Second {
+		_, err = cs[1].Call(ctx, "chat/doomed", "history", nil)
+		var ae *host.APIError
+		if errors.As(err, &ae) && ae.Status == http.StatusServiceUnavailable && strings.Contains(ae.Message, "unavailable") {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	var ae *host.APIError
+	if !errors.As(err, &ae) || ae.Status != http.StatusServiceUnavailable {
+		t.Fatalf("object on the dead node: %v", err)
+	}
+	one := time.Now()
+	cs[1].Call(ctx, "chat/doomed", "history", nil)
+	if d := time.Since(one); d > 2*time.Second {
+		t.Fatalf("the unavailable object took %v to answer", d)
+	}
+	var first map[string]any
+	json.Unmarshal([]byte(got[1][0]), &first)
+	if first["type"] != "event" {
+		t.Fatalf("frame %v", first)
+	}
+}
