@@ -73,7 +73,7 @@ type TopicPublisher interface {
 type Config struct {
 	// FanOut selects how connection batches cross to nodes; FanOutNode
 	// unless benchmarking a baseline.
-	FanOut FanOut
+	FanOut      FanOut
 	Inbox       int
 	InlineLimit int
 	RetryBase   time.Duration

@@ -256,7 +256,7 @@ func TestD20_FollowerRehomedAfterRestartIsNotAFailure(t *testing.T) {
 	c := &host.Client{Base: nodes[2].URL()}
 	dcall(t, a, "chat/room1", "post", `{"text":"home on node 0"}`)
 	dcall(t, c, "tally/t1", "follow", `{"publisher":"chat/room1"}`) // tally homes on node 2
-	w := follow(t, c, "chat/w", "chat/room1", "messages", "")     // a socket on node 2
+	w := follow(t, c, "chat/w", "chat/room1", "messages", "")       // a socket on node 2
 	dcall(t, a, "chat/room1", "post", `{"author":"ann","text":"one"}`)
 	waitUntil(t, "counted on node 2", 20*time.Second, func() bool { return strings.Contains(dcall(t, c, "tally/t1", "counts", ""), `"total":1`) })
 	waitUntil(t, "watched on node 2", 20*time.Second, func() bool { return len(w.seqs(t)) == 1 })
