@@ -68,8 +68,12 @@ type FanoutResult struct {
 	Expected         int64   `json:"expected"`
 	OutOfOrder       int64   `json:"out_of_order"`
 	Notices          int64   `json:"notices"`
-	ElapsedS         float64 `json:"elapsed_s"`
-	sample           []byte
+	// DialRetries: watcher dials refused with 503 and retried, and the
+	// last refusal's text.
+	DialRetries int64   `json:"dial_retries,omitempty"`
+	DialRefusal string  `json:"dial_refusal,omitempty"`
+	ElapsedS    float64 `json:"elapsed_s"`
+	sample      []byte
 }
 
 func (c *FanoutConfig) defaults() {
@@ -135,6 +139,7 @@ func RunFanout(ctx context.Context, cfg FanoutConfig) (*FanoutResult, error) {
 		return fail(err)
 	}
 	defer ws.close()
+	retries, refusal := dialRetries.Swap(0), deref(lastDialRefusal.Swap(nil))
 	holding := map[int]bool{}
 	for _, n := range ws.node {
 		holding[n] = true
@@ -212,6 +217,8 @@ func RunFanout(ctx context.Context, cfg FanoutConfig) (*FanoutResult, error) {
 		ElapsedS:            elapsed.Seconds(),
 		OutOfOrder:          ws.outOfOrder.Load(),
 		Notices:             ws.notices.Load(),
+		DialRetries:         retries,
+		DialRefusal:         refusal,
 		sample:              deref(ws.sample.Load()),
 	}
 	if cfg.Mode == ModeSubject {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -86,10 +87,36 @@ func dialWatchers(ctx context.Context, urls []string, w int, progress Progress) 
 	return ws, nil
 }
 
+// dialRetries counts dials refused with 503 and retried (a node that does
+// not see the uploaded program yet answers 503 for a while).
+var (
+	dialRetries     atomic.Int64
+	lastDialRefusal atomic.Pointer[string]
+)
+
 func dialFollow(ctx context.Context, url string, follow []byte) (*websocket.Conn, error) {
-	c, _, err := websocket.Dial(ctx, url, nil)
-	if err != nil {
-		return nil, err
+	var c *websocket.Conn
+	for attempt := 0; ; attempt++ {
+		var resp *http.Response
+		var err error
+		c, resp, err = websocket.Dial(ctx, url, nil)
+		if err == nil {
+			break
+		}
+		if resp == nil || resp.StatusCode != http.StatusServiceUnavailable || attempt >= 50 {
+			return nil, err
+		}
+		if attempt == 0 && resp.Body != nil {
+			b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+			s := fmt.Sprintf("%s: %s", resp.Status, bytes.TrimSpace(b))
+			lastDialRefusal.Store(&s)
+		}
+		dialRetries.Add(1)
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
 	c.SetReadLimit(1 << 20)
 	if err := c.Write(ctx, websocket.MessageText, follow); err != nil {

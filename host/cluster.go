@@ -103,7 +103,9 @@ func replicasFor(peers int) int {
 }
 
 func newCluster(ctx context.Context, n *Node) (*cluster, error) {
-	js, err := jetstream.New(n.nats.nc)
+	// Replicated writes (a module to the object store) can take a while
+	// on a busy machine; the default 5 s is too tight.
+	js, err := jetstream.New(n.nats.nc, jetstream.WithDefaultTimeout(30*time.Second))
 	if err != nil {
 		return nil, err
 	}

@@ -105,7 +105,7 @@ func clusterWithConfigs(t *testing.T, k int, mutate func(i int, c *host.Config))
 		}
 	}
 	// Every node sees every other.
-	waitUntil(t, "cluster membership", 20*time.Second, func() bool {
+	waitUntil(t, "cluster membership", 60*time.Second, func() bool {
 		for _, n := range nodes {
 			var v struct{ Nodes []map[string]any }
 			if err := (&host.Client{Base: n.URL()}).Get(context.Background(), "/v1/cluster", &v); err != nil || len(v.Nodes) != k {
@@ -118,6 +118,7 @@ func clusterWithConfigs(t *testing.T, k int, mutate func(i int, c *host.Config))
 }
 
 func TestClusterCallsReachTheHomeFromAnyNode(t *testing.T) {
+	t.Parallel()
 	nodes := clusterOf(t, 3, nil)
 	ctx := context.Background()
 	cs := make([]*host.Client, len(nodes))
@@ -171,6 +172,7 @@ func TestClusterCallsReachTheHomeFromAnyNode(t *testing.T) {
 
 // conformance: D06 D07 D08 D24
 func TestD08_WatchersOnEveryNodeOneBatchPerNode(t *testing.T) {
+	t.Parallel()
 	nodes := clusterOf(t, 3, nil)
 	ctx := context.Background()
 	pubClient := &host.Client{Base: nodes[0].URL()}
@@ -212,6 +214,7 @@ func TestD08_WatchersOnEveryNodeOneBatchPerNode(t *testing.T) {
 
 // conformance: D09 D15 D22
 func TestD09_ObjectFollowersOnOtherNodes(t *testing.T) {
+	t.Parallel()
 	nodes := clusterOf(t, 3, nil)
 	pub := &host.Client{Base: nodes[0].URL()}
 	dcall(t, pub, "hostile/pub", "hook_runs", "") // home on node 0
@@ -250,6 +253,7 @@ func TestD09_ObjectFollowersOnOtherNodes(t *testing.T) {
 
 // conformance: D20 D21
 func TestD20_FollowerRehomedAfterRestartIsNotAFailure(t *testing.T) {
+	t.Parallel()
 	nodes, cfgs := clusterWithConfigs(t, 3, nil)
 	ctx := context.Background()
 	a := &host.Client{Base: nodes[0].URL()}

@@ -196,6 +196,7 @@ func (w *watcher) seqs(t *testing.T) []uint64 {
 
 // conformance: D11
 func TestD11_ForwardEnvelopeWithoutVMAndEventExport(t *testing.T) {
+	t.Parallel()
 	n, c := dnode(t, nil)
 	// lobby is never called: if the forward path ran a VM for it, it would
 	// be activated and get a file.
@@ -237,6 +238,7 @@ func TestD11_ForwardEnvelopeWithoutVMAndEventExport(t *testing.T) {
 
 // conformance: D03
 func TestD03_FollowHookIsAccessControlNotRunDuringDelivery(t *testing.T) {
+	t.Parallel()
 	_, c := dnode(t, nil)
 	dcall(t, c, "chat/secret", "set_key", `{"key":"k1"}`)
 	ws := dial(t, c, "chat/secret")
@@ -279,6 +281,7 @@ func TestD03_FollowHookIsAccessControlNotRunDuringDelivery(t *testing.T) {
 
 // conformance: D01 D04
 func TestD04_NoReplayAndFailedMethodPublishesNothing(t *testing.T) {
+	t.Parallel()
 	_, c := dnode(t, nil)
 	for i := 0; i < 5; i++ {
 		dcall(t, c, "hostile/pub", "publish", `"old"`)
@@ -298,6 +301,7 @@ func TestD04_NoReplayAndFailedMethodPublishesNothing(t *testing.T) {
 
 // conformance: D02 D13
 func TestD13_SocketGonePrunesItsEdges(t *testing.T) {
+	t.Parallel()
 	n, c := dnode(t, nil)
 	w1 := follow(t, c, "chat/room1", "chat/room1", "messages", "")
 	follow(t, c, "chat/room1", "chat/room1", "other", "")
@@ -322,6 +326,7 @@ func TestD13_SocketGonePrunesItsEdges(t *testing.T) {
 
 // conformance: D10 D12
 func TestD12_SlowSocketFallsBehindAndStaysOpen(t *testing.T) {
+	t.Parallel()
 	_, c := dnode(t, nil)
 	ws := dial(t, c, "chat/slow")
 	send(t, ws, map[string]string{"type": "follow", "object": "hostile/pub", "topic": "t"})
@@ -352,6 +357,7 @@ func TestD12_SlowSocketFallsBehindAndStaysOpen(t *testing.T) {
 
 // conformance: D15 D16
 func TestD15_ObjectFollowerExactlyOnceEffect(t *testing.T) {
+	t.Parallel()
 	_, c := dnode(t, nil)
 	dcall(t, c, "tally/t1", "follow", `{"publisher":"chat/room1"}`)
 	dcall(t, c, "tally/t2", "follow", `{"publisher":"chat/room1","filter":"author=ann"}`)
@@ -379,6 +385,7 @@ func TestD15_ObjectFollowerExactlyOnceEffect(t *testing.T) {
 
 // conformance: D05 D18 D19
 func TestD18_FailingFollowerBacksOffThenIsDropped(t *testing.T) {
+	t.Parallel()
 	_, c := dnode(t, func(cfg *host.Config) {
 		cfg.Delivery.RetryBase = 20 * time.Millisecond
 		cfg.Delivery.MaxAttempts = 3
@@ -413,6 +420,7 @@ func TestD18_FailingFollowerBacksOffThenIsDropped(t *testing.T) {
 
 // conformance: D09 D22 D24
 func TestD24_OrderWithSmallAndLargeEventsAndManyFollowers(t *testing.T) {
+	t.Parallel()
 	_, c := dnode(t, nil)
 	var ws []*watcher
 	for i := 0; i < 3; i++ {

@@ -29,6 +29,7 @@ type demoMessage struct {
 // of headless Chromium in one room; each posts through the page's form and
 // both see both messages, in publish order, over the WebSocket API.
 func TestDemoPageTwoBrowsers(t *testing.T) {
+	t.Parallel()
 	if _, err := os.Stat(chromiumPath); err != nil {
 		if os.Getenv("CI") != "" {
 			t.Fatalf("%s is missing: CI must install Debian's chromium package", chromiumPath)

@@ -24,6 +24,7 @@ func freeRoute(t *testing.T) string {
 // (its renewal fails, it shuts down, and peers never count the old id live
 // again, even if the id's key reappears).
 func TestLeaseLostNodeIsGoneForGood(t *testing.T) {
+	t.Parallel()
 	// Three nodes: the cluster's buckets keep three replicas and survive
 	// one node leaving.
 	routes := []string{freeRoute(t), freeRoute(t), freeRoute(t)}

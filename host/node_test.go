@@ -215,6 +215,7 @@ func writeLocked(t testing.TB, dataDir, program, id string) bool {
 
 // TestUploadFlowHTTP is the user flow of uploading and listing programs.
 func TestUploadFlowHTTP(t *testing.T) {
+	t.Parallel()
 	n, _ := startNode(t, nil)
 	wasm := vmtest.Wasm(t, "counter")
 	sum := sha256.Sum256(wasm)
@@ -310,6 +311,7 @@ func contains(ss []string, s string) bool {
 // TestNewVersionOnNextActivation: an object activated after a re-upload runs
 // the new version.
 func TestNewVersionOnNextActivation(t *testing.T) {
+	t.Parallel()
 	n, _ := startNode(t, nil)
 	upload(t, n, "app", "counter")
 	wantReply(t, n, "app/a", "inc", nil, "1")
@@ -320,6 +322,7 @@ func TestNewVersionOnNextActivation(t *testing.T) {
 // TestCounterFlowAndRestart: inc, add, get over HTTP, then the value
 // survives a graceful shutdown and a new node on the same data directory.
 func TestCounterFlowAndRestart(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	n := startNodeIn(t, dir, nil)
 	upload(t, n, "counter", "counter")
@@ -367,6 +370,7 @@ func TestCounterFlowAndRestart(t *testing.T) {
 // TestConcurrentCallsOneObject: 100 concurrent inc calls to one object lose
 // no update, and each sees a distinct value.
 func TestConcurrentCallsOneObject(t *testing.T) {
+	t.Parallel()
 	n, dir := startNode(t, nil)
 	upload(t, n, "counter", "counter")
 	const calls = 100
@@ -411,6 +415,7 @@ func TestConcurrentCallsOneObject(t *testing.T) {
 // and the first is still running afterwards. A call to the busy object
 // itself waits for it.
 func TestCallsToDifferentObjectsRunInParallel(t *testing.T) {
+	t.Parallel()
 	const budget = 4 * time.Second
 	n, dir := startNode(t, func(c *host.Config) { c.VM.Budget = budget })
 	upload(t, n, "hostile", "hostile")
@@ -463,6 +468,7 @@ func hostileNode(t *testing.T, budget time.Duration) (*host.Node, string) {
 // TestBudget: a guest that loops forever is stopped at the budget with a
 // 504 and a clear error, its write is rolled back, and the next call works.
 func TestBudget(t *testing.T) {
+	t.Parallel()
 	n, _ := hostileNode(t, 500*time.Millisecond)
 	wantReply(t, n, "hostile/l", "get", nil, "")
 	start := time.Now()
@@ -486,6 +492,7 @@ func TestBudget(t *testing.T) {
 // The budget is long here so the memory bomb meets the page limit (512
 // pages, 32 MiB) before the budget, even under the race detector.
 func TestHostileGuests(t *testing.T) {
+	t.Parallel()
 	n, _ := hostileNode(t, 10*time.Second)
 	cases := []struct {
 		method string
@@ -522,6 +529,7 @@ func TestHostileGuests(t *testing.T) {
 // tail of a goroutine dump and the "fatal error: out of memory" line at its
 // head is cut off.
 func TestMemoryBombErrorSaysOutOfMemory(t *testing.T) {
+	t.Parallel()
 	n, _ := hostileNode(t, 10*time.Second)
 	r := call(t, n, "hostile/bomb", "bomb", nil)
 	msg := wantError(t, r, http.StatusInternalServerError)
@@ -543,6 +551,7 @@ func clipMsg(s string) string {
 //
 // conformance: D01
 func TestPublishThenFailLeavesNothing(t *testing.T) {
+	t.Parallel()
 	n, dir := startNode(t, nil)
 	upload(t, n, "hostile", "hostile")
 	upload(t, n, "counter", "counter")
@@ -577,6 +586,7 @@ func TestPublishThenFailLeavesNothing(t *testing.T) {
 // TestUploadRejections: every bad module is refused with a 4xx JSON error
 // and stores nothing.
 func TestUploadRejections(t *testing.T) {
+	t.Parallel()
 	n, dir := startNode(t, func(c *host.Config) { c.VM.MaxModuleSize = 4 << 20 })
 	counter := vmtest.Wasm(t, "counter")
 	if len(counter) >= 4<<20 {
@@ -630,6 +640,7 @@ func TestUploadRejections(t *testing.T) {
 // TestBadRequests: unknown program or method, bad names and oversized
 // payloads get clear 4xx JSON errors.
 func TestBadRequests(t *testing.T) {
+	t.Parallel()
 	n, dir := startNode(t, func(c *host.Config) { c.MaxPayload = 1024 })
 	upload(t, n, "counter", "counter")
 

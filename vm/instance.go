@@ -237,18 +237,34 @@ type abiViolation struct{ msg string }
 
 func (a *abiViolation) Error() string { return "ABI violation: " + a.msg }
 
-// tail keeps the last max bytes written by the guest to stdout/stderr.
+// tail keeps the first and the last bytes written by the guest to
+// stdout/stderr: a Go runtime's fatal error is at the head of a long
+// goroutine dump.
 type tail struct {
-	max int
-	buf []byte
+	max  int
+	head []byte
+	buf  []byte
 }
 
+const headMax = 512
+
 func (t *tail) Write(p []byte) (int, error) {
+	n := len(p)
+	if room := headMax - len(t.head); room > 0 {
+		k := min(room, len(p))
+		t.head = append(t.head, p[:k]...)
+		p = p[k:]
+	}
 	t.buf = append(t.buf, p...)
 	if len(t.buf) > t.max {
 		t.buf = append(t.buf[:0], t.buf[len(t.buf)-t.max:]...)
 	}
-	return len(p), nil
+	return n, nil
 }
 
-func (t *tail) String() string { return string(t.buf) }
+func (t *tail) String() string {
+	if len(t.buf) == 0 {
+		return string(t.head)
+	}
+	return string(t.head) + "\n…\n" + string(t.buf)
+}

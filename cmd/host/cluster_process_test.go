@@ -76,6 +76,7 @@ func waitHealthy(t *testing.T, addr string, s *server) {
 //
 // conformance: D13 D21
 func TestD21_KillNodeHoldingSockets(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs a cluster of processes; not in -short")
 	}

@@ -19,6 +19,7 @@ import (
 //
 // conformance: D15 D16 D17 D20
 func TestD17_ExactlyOnceEffectAcrossKill9(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("kills processes; not in -short")
 	}

@@ -175,8 +175,13 @@ func Follow(publisher, topic string, opt FollowOptions) error {
 	})
 	rp, rn := bytesPtr(req)
 	st := hostFollow(rp, rn)
-	if st == abi.StatusRefused {
+	switch st {
+	case abi.StatusRefused:
 		return Refuse(string(readResult(hostResultLen())))
+	case abi.StatusBadRequest, abi.StatusUnavailable:
+		if why := readResult(hostResultLen()); len(why) > 0 {
+			return fmt.Errorf("follow %s: %s", publisher, why)
+		}
 	}
 	return statusErr("follow "+publisher, st)
 }

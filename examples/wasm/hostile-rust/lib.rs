@@ -44,7 +44,7 @@ fn register(p: &mut Program) {
     p.method("bomb", |_| {
         let mut sink: Vec<Vec<u8>> = Vec::new();
         loop {
-            let mut v = vec![0u8; 1 << 20];
+            let mut v = vec![0u8; 8 << 20];
             v[0] = 1;
             sink.push(v);
             if sink.len() == usize::MAX {

@@ -37,7 +37,7 @@ func init() {
 	sdk.Method("bomb", func([]byte) ([]byte, error) {
 		sdk.Put("touched", []byte("yes"))
 		for {
-			sink = append(sink, make([]byte, 1<<20))
+			sink = append(sink, make([]byte, 8<<20))
 		}
 	})
 	// trap executes unreachable through a nil dereference the SDK cannot

@@ -572,6 +572,12 @@ pub fn follow(publisher: &str, topic: &str, opt: FollowOptions<'_>) -> Result<()
         let reason = read_result(unsafe { sys::result_len() });
         return Err(Error::Refused(String::from_utf8_lossy(&reason).into_owned()));
     }
+    if st == status::BAD_REQUEST || st == status::UNAVAILABLE {
+        let why = read_result(unsafe { sys::result_len() });
+        if !why.is_empty() {
+            return Err(Error::new(format!("follow {}: {}", publisher, String::from_utf8_lossy(&why))));
+        }
+    }
     status_err(&format!("follow {}", publisher), st)
 }
 
