@@ -228,7 +228,7 @@ func (c *cluster) run() {
 			return
 		case <-t.C:
 		}
-		c.sweep()
+		c.sweep(ctx)
 		c.mu.Lock()
 		paused, rev := c.paused, c.rev
 		c.mu.Unlock()
@@ -328,24 +328,42 @@ func (c *cluster) markDeadLocked(id string) {
 }
 
 // sweep declares dead the nodes not heard from for a lease TTL (and a
-// heartbeat of slack), whether or not an expiry marker arrived.
-func (c *cluster) sweep() {
-	var gone []string
+// heartbeat of slack), whether or not an expiry marker arrived. The store
+// has the last word: a node whose lease key still exists is alive (our
+// watch may lag on a busy machine), one whose key is gone is dead for good.
+func (c *cluster) sweep(ctx context.Context) {
+	var suspects []string
 	c.mu.Lock()
 	for id, last := range c.lastSeen {
 		if id != c.n.id && !c.dead[id] && time.Since(last) > c.ttl+c.beat {
-			c.markDeadLocked(id)
-			gone = append(gone, id)
+			suspects = append(suspects, id)
 		}
 	}
 	c.mu.Unlock()
-	for _, id := range gone {
-		c.n.nodeGone(id)
+	for _, id := range suspects {
+		gctx, cancel := context.WithTimeout(ctx, c.ttl/2)
+		_, err := c.nodes.Get(gctx, "n."+id)
+		cancel()
+		switch {
+		case err == nil:
+			c.mu.Lock()
+			c.lastSeen[id] = time.Now()
+			c.mu.Unlock()
+		case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
+			c.mu.Lock()
+			died := !c.dead[id]
+			c.markDeadLocked(id)
+			c.mu.Unlock()
+			if died {
+				c.n.nodeGone(id)
+			}
+		}
 	}
 }
 
 // Live reports whether a node holds a lease. Node ids never return: once
-// dead, always dead.
+// dead, always dead. Deaths come from the store (an expired or deleted
+// lease), seen by the watch or the sweep.
 func (c *cluster) Live(id string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -355,15 +373,8 @@ func (c *cluster) Live(id string) bool {
 	if c.dead[id] {
 		return false
 	}
-	last, ok := c.lastSeen[id]
-	if !ok {
-		return false
-	}
-	if time.Since(last) > c.ttl+c.beat {
-		c.markDeadLocked(id)
-		return false
-	}
-	return true
+	_, ok := c.lastSeen[id]
+	return ok
 }
 
 // nodes lists the live nodes.
