@@ -109,8 +109,9 @@ func (n *Node) request(ctx context.Context, node, op string, m *nats.Msg, timeou
 	m.Subject = nodeSubject(node, op)
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	reply, err := n.nats.nc.RequestMsgWithContext(rctx, m)
+	// Counted before sending: a socket may have the event before the reply.
 	n.metrics.observeRemote(op, len(m.Data))
+	reply, err := n.nats.nc.RequestMsgWithContext(rctx, m)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
 			return nil, fmt.Errorf("%w: node %s does not answer", ErrUnavailable, node)
