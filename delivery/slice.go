@@ -84,35 +84,44 @@ func Slice(b *ConnBatch, lookup func(conn string) (Inbox, bool)) ConnResult {
 		filter *verdict
 		dead   *bool
 	}
+	// One allocation for all targets and one for all per-connection flags:
+	// nothing is allocated per socket.
+	targets := make([]target, 0, len(b.Edges))
+	flags := make([]bool, len(b.Edges))
 	verdicts := map[string]*verdict{}
-	byTopic := map[string][]*target{}
-	dead := map[string]*bool{}
+	conns := make(map[string]int, len(b.Edges)) // conn → index in flags
+	topics := map[string][]int{}                // topic → indexes in targets
 	for _, e := range b.Edges {
-		d := dead[e.Conn]
-		if d == nil {
-			d = new(bool)
-			dead[e.Conn] = d
-			if _, ok := lookup(e.Conn); !ok {
-				*d = true
+		k, seen := conns[e.Conn]
+		var in Inbox
+		if !seen {
+			k = len(conns)
+			conns[e.Conn] = k
+			var ok bool
+			if in, ok = lookup(e.Conn); !ok {
+				flags[k] = true
 				res.Gone = append(res.Gone, e.Conn)
 			}
+		} else if !flags[k] {
+			in, _ = lookup(e.Conn)
 		}
-		if *d {
+		if flags[k] {
 			continue
 		}
-		in, _ := lookup(e.Conn)
 		v := verdicts[e.Filter]
 		if v == nil {
 			v = &verdict{f: MustFilter(e.Filter), event: -1}
 			verdicts[e.Filter] = v
 		}
-		byTopic[e.Topic] = append(byTopic[e.Topic], &target{ConnEdge: e, inbox: in, filter: v, dead: d})
+		topics[e.Topic] = append(topics[e.Topic], len(targets))
+		targets = append(targets, target{ConnEdge: e, inbox: in, filter: v, dead: &flags[k]})
 	}
 	for i := range b.Events {
 		ev := &b.Events[i]
 		var item *Item
-		for _, ts := range [2][]*target{byTopic[ev.Topic], byTopic[""]} {
-			for _, t := range ts {
+		for _, ts := range [2][]int{topics[ev.Topic], topics[""]} {
+			for _, ti := range ts {
+				t := &targets[ti]
 				if *t.dead || ev.Seq <= t.Cursor {
 					continue
 				}
