@@ -366,16 +366,18 @@ func serve(parent context.Context, cfg host.Config, setup func(context.Context, 
 		if err != nil {
 			return err
 		}
-		if err := n.Start(); err != nil {
-			n.Shutdown(context.Background())
-			return err
-		}
+		// Setup (host dev's uploads) runs before the node serves, so nobody
+		// calls a program that is not there yet.
 		if setup != nil {
 			if err := setup(ctx, n); err != nil {
 				n.Shutdown(context.Background())
 				return err
 			}
 			setup = nil
+		}
+		if err := n.Start(); err != nil {
+			n.Shutdown(context.Background())
+			return err
 		}
 		select {
 		case <-n.LeaseLost():
