@@ -172,50 +172,36 @@ func (n *Node) receive(ctx context.Context, d *delivery.ObjectDelivery) (deliver
 	return res, nil
 }
 
-// receiveOne handles one event exactly once in effect. Called locked.
+// errAlreadyDone rolls back a delivery the follower already committed.
+var errAlreadyDone = errors.New("already committed here")
+
+// receiveOne handles one event exactly once in effect: the receive cursor
+// is checked before the handler runs and advanced in its transaction.
+// Called locked.
 func (o *object) receiveOne(ctx context.Context, topic string, ev *abi.Event) error {
-	if err := o.ready(ctx); err != nil {
-		return err
-	}
-	if !o.module.Has(abi.HandlerReceive) {
-		return fmt.Errorf("%s has no receive handler", o.id)
-	}
-	tx, err := o.file.Begin()
-	if err != nil {
-		return err
-	}
-	cur, err := tx.Cursor(ev.Publisher, topic)
-	if err != nil {
-		tx.Rollback()
-		return err
-	}
-	if ev.Seq <= cur {
-		// Already committed here: redelivery skips.
-		return tx.Rollback()
-	}
-	h := &objectHost{o: o, tx: tx}
-	err = o.inst.Receive(h, ev)
-	if o.inst.Broken() {
-		o.dropInstance()
+	err := o.handle(ctx, func(h *objectHost) error {
+		if !o.module.Has(abi.HandlerReceive) {
+			return fmt.Errorf("%s has no receive handler", o.id)
+		}
+		cur, err := h.tx.Cursor(ev.Publisher, topic)
+		if err != nil {
+			return err
+		}
+		if ev.Seq <= cur {
+			return errAlreadyDone // redelivery skips
+		}
+		if err := o.inst.Receive(h, ev); err != nil {
+			return err
+		}
+		return h.tx.SetCursor(ev.Publisher, topic, ev.Seq)
+	})
+	if errors.Is(err, errAlreadyDone) {
+		return nil
 	}
 	if err == nil {
-		err = h.err
+		o.node.metrics.received.Inc()
 	}
-	if err == nil {
-		err = tx.SetCursor(ev.Publisher, topic, ev.Seq)
-	}
-	if err != nil {
-		tx.Rollback()
-		return err
-	}
-	if err := tx.Commit(); err != nil {
-		return err
-	}
-	o.node.metrics.received.Inc()
-	if tx.Published() > 0 {
-		o.node.kick(o.id)
-	}
-	return nil
+	return err
 }
 
 // materialize reads a ranged delivery through the read path: this node's own
@@ -296,32 +282,17 @@ func (n *Node) followLocal(ctx context.Context, publisherID ObjectID, req abi.Fo
 		return delivery.Edge{}, fmt.Errorf("%w: publisher %s is busy: %v", ErrUnavailable, publisherID, err)
 	}
 	defer o.unlock()
-	if err := o.ready(ctx); err != nil {
-		return delivery.Edge{}, err
-	}
-	tx, err := o.file.Begin()
+	var e delivery.Edge
+	err = o.handle(ctx, func(h *objectHost) error {
+		n.metrics.followHooks.Inc()
+		if err := o.inst.Follow(h, &req); err != nil {
+			return err
+		}
+		var err error
+		e, err = h.tx.AddEdge(req.Kind, req.Follower, followerNode, req.Topic, req.Filter, time.Now())
+		return err
+	})
 	if err != nil {
-		return delivery.Edge{}, err
-	}
-	h := &objectHost{o: o, tx: tx}
-	n.metrics.followHooks.Inc()
-	err = o.inst.Follow(h, &req)
-	if o.inst.Broken() {
-		o.dropInstance()
-	}
-	if err == nil {
-		err = h.err
-	}
-	if err != nil {
-		tx.Rollback()
-		return delivery.Edge{}, err
-	}
-	e, err := tx.AddEdge(req.Kind, req.Follower, followerNode, req.Topic, req.Filter, time.Now())
-	if err != nil {
-		tx.Rollback()
-		return delivery.Edge{}, err
-	}
-	if err := tx.Commit(); err != nil {
 		return delivery.Edge{}, err
 	}
 	n.notePublisher(ctx, publisherID)
@@ -528,27 +499,14 @@ func (n *Node) runEvent(ctx context.Context, id ObjectID, ev *abi.Event) ([]byte
 		return nil, err
 	}
 	defer o.unlock()
-	if err := o.ready(ctx); err != nil {
-		return nil, err
-	}
-	tx, err := o.file.Begin()
-	if err != nil {
-		return nil, err
-	}
-	h := &objectHost{o: o, tx: tx}
-	n.metrics.eventCalls.Inc()
-	frame, err := o.inst.Event(h, ev)
-	if o.inst.Broken() {
-		o.dropInstance()
-	}
-	if err == nil {
-		err = h.err
-	}
-	if err != nil {
-		tx.Rollback()
-		return nil, err
-	}
-	return frame, tx.Commit()
+	var frame []byte
+	err = o.handle(ctx, func(h *objectHost) error {
+		n.metrics.eventCalls.Inc()
+		var err error
+		frame, err = o.inst.Event(h, ev)
+		return err
+	})
+	return frame, err
 }
 
 // nodeGone runs when a node's lease ends: every active publisher runs a

@@ -153,6 +153,17 @@ func (n *Node) ensureHome(ctx context.Context, obj ObjectID) error {
 	return nil
 }
 
+// atHome reads the object of an inter-node request and checks that this
+// node is its home.
+func (n *Node) atHome(m *nats.Msg) (context.Context, ObjectID, error) {
+	id, err := msgObject(m)
+	if err != nil {
+		return nil, id, err
+	}
+	ctx := context.Background()
+	return ctx, id, n.ensureHome(ctx, id)
+}
+
 // onHome runs local on obj's home: here, or forwarded over NATS by remote.
 // A stale directory answer is retried once after a fresh lookup.
 func (n *Node) onHome(ctx context.Context, obj ObjectID, local func() error, remote func(node string) error) error {
@@ -177,12 +188,8 @@ func (n *Node) onHome(ctx context.Context, obj ObjectID, local func() error, rem
 }
 
 func (n *Node) rpcCall(m *nats.Msg) (*nats.Msg, error) {
-	id, err := msgObject(m)
+	ctx, id, err := n.atHome(m)
 	if err != nil {
-		return nil, err
-	}
-	ctx := context.Background()
-	if err := n.ensureHome(ctx, id); err != nil {
 		return nil, err
 	}
 	out, err := n.callLocal(ctx, id, m.Header.Get(hdrMethod), m.Data)
@@ -205,17 +212,13 @@ func (n *Node) forwardCall(ctx context.Context, node string, id ObjectID, method
 }
 
 func (n *Node) rpcFollow(m *nats.Msg) (*nats.Msg, error) {
-	id, err := msgObject(m)
+	ctx, id, err := n.atHome(m)
 	if err != nil {
 		return nil, err
 	}
 	req, err := abi.DecodeFollowRequest(m.Data)
 	if err != nil {
 		return nil, fmt.Errorf("%w: follow request: %v", ErrBadRequest, err)
-	}
-	ctx := context.Background()
-	if err := n.ensureHome(ctx, id); err != nil {
-		return nil, err
 	}
 	e, err := n.followLocal(ctx, id, req, m.Header.Get(hdrArg))
 	if err != nil {
@@ -226,17 +229,13 @@ func (n *Node) rpcFollow(m *nats.Msg) (*nats.Msg, error) {
 }
 
 func (n *Node) rpcUnfollow(m *nats.Msg) (*nats.Msg, error) {
-	id, err := msgObject(m)
+	ctx, id, err := n.atHome(m)
 	if err != nil {
 		return nil, err
 	}
 	req, err := abi.DecodeFollowRequest(m.Data)
 	if err != nil {
 		return nil, fmt.Errorf("%w: unfollow request: %v", ErrBadRequest, err)
-	}
-	ctx := context.Background()
-	if err := n.ensureHome(ctx, id); err != nil {
-		return nil, err
 	}
 	ok, err := n.unfollowLocal(ctx, id, req.Kind, req.Follower, req.Topic)
 	if err != nil {
@@ -246,12 +245,8 @@ func (n *Node) rpcUnfollow(m *nats.Msg) (*nats.Msg, error) {
 }
 
 func (n *Node) rpcEdges(m *nats.Msg) (*nats.Msg, error) {
-	id, err := msgObject(m)
+	ctx, id, err := n.atHome(m)
 	if err != nil {
-		return nil, err
-	}
-	ctx := context.Background()
-	if err := n.ensureHome(ctx, id); err != nil {
 		return nil, err
 	}
 	edges, err := n.edgesLocal(ctx, id)
@@ -263,17 +258,13 @@ func (n *Node) rpcEdges(m *nats.Msg) (*nats.Msg, error) {
 }
 
 func (n *Node) rpcRemoveEdge(m *nats.Msg) (*nats.Msg, error) {
-	id, err := msgObject(m)
+	ctx, id, err := n.atHome(m)
 	if err != nil {
 		return nil, err
 	}
 	edge, err := strconv.ParseInt(string(m.Data), 10, 64)
 	if err != nil {
 		return nil, fmt.Errorf("%w: edge id", ErrBadRequest)
-	}
-	ctx := context.Background()
-	if err := n.ensureHome(ctx, id); err != nil {
-		return nil, err
 	}
 	ok, err := n.removeEdgeLocal(ctx, id, edge)
 	if err != nil {
@@ -283,12 +274,8 @@ func (n *Node) rpcRemoveEdge(m *nats.Msg) (*nats.Msg, error) {
 }
 
 func (n *Node) rpcPrune(m *nats.Msg) (*nats.Msg, error) {
-	id, err := msgObject(m)
+	ctx, id, err := n.atHome(m)
 	if err != nil {
-		return nil, err
-	}
-	ctx := context.Background()
-	if err := n.ensureHome(ctx, id); err != nil {
 		return nil, err
 	}
 	n.pruneLocal(ctx, id, string(m.Data))

@@ -277,34 +277,51 @@ func (o *object) ready(ctx context.Context) error {
 
 var errDeactivated = errors.New("object was deactivated")
 
-// call runs one method as one transaction. Called locked.
-func (o *object) call(ctx context.Context, method string, payload []byte) ([]byte, error) {
+// handle runs one handler of the object's program as one transaction:
+// run gets the call's host (its transaction); a broken instance is dropped;
+// then the transaction commits (kicking the pump if it published) or rolls
+// back with the error. Called locked.
+func (o *object) handle(ctx context.Context, run func(h *objectHost) error) error {
 	if err := o.ready(ctx); err != nil {
-		return nil, err
+		return err
 	}
 	tx, err := o.file.Begin()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	h := &objectHost{o: o, tx: tx}
-	reply, err := o.inst.Call(h, method, payload)
+	err = run(h)
 	if o.inst.Broken() {
 		o.dropInstance()
 	}
-	if err == nil && h.err != nil {
+	if err == nil {
 		err = h.err
 	}
 	if err != nil {
 		tx.Rollback()
-		return nil, err
+		return err
 	}
 	if err := tx.Commit(); err != nil {
-		return nil, err
+		return err
 	}
-	o.calls++
 	if tx.Published() > 0 {
 		o.node.kick(o.id)
 	}
+	return nil
+}
+
+// call runs one method as one transaction. Called locked.
+func (o *object) call(ctx context.Context, method string, payload []byte) ([]byte, error) {
+	var reply []byte
+	err := o.handle(ctx, func(h *objectHost) error {
+		var err error
+		reply, err = o.inst.Call(h, method, payload)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	o.calls++
 	return reply, nil
 }
 
