@@ -66,13 +66,13 @@ func AppendEvent(dst []byte, e *Event) []byte {
 // DecodeEvent decodes an event. Payload aliases b.
 func DecodeEvent(b []byte) (Event, error) {
 	var e Event
-	d := decoder{b: b}
-	e.Publisher = string(d.bytes())
-	e.Topic = string(d.bytes())
-	e.Seq = d.uvarint()
-	e.Time = d.varint()
-	e.Payload = d.bytes()
-	return e, d.done()
+	d := NewReader(b)
+	e.Publisher = string(d.Bytes())
+	e.Topic = string(d.Bytes())
+	e.Seq = d.Uvarint()
+	e.Time = d.Varint()
+	e.Payload = d.Bytes()
+	return e, d.Done()
 }
 
 // AppendFollowRequest appends r's encoding to dst.
@@ -89,15 +89,15 @@ func AppendFollowRequest(dst []byte, r *FollowRequest) []byte {
 // DecodeFollowRequest decodes a follow request. Params aliases b.
 func DecodeFollowRequest(b []byte) (FollowRequest, error) {
 	var r FollowRequest
-	d := decoder{b: b}
-	r.Publisher = string(d.bytes())
-	r.Topic = string(d.bytes())
-	r.Filter = string(d.bytes())
-	r.Kind = FollowerKind(d.byte())
-	r.Follower = string(d.bytes())
-	r.Tenant = string(d.bytes())
-	r.Params = d.bytes()
-	return r, d.done()
+	d := NewReader(b)
+	r.Publisher = string(d.Bytes())
+	r.Topic = string(d.Bytes())
+	r.Filter = string(d.Bytes())
+	r.Kind = FollowerKind(d.Byte())
+	r.Follower = string(d.Bytes())
+	r.Tenant = string(d.Bytes())
+	r.Params = d.Bytes()
+	return r, d.Done()
 }
 
 // AppendPairs appends the encoding of a state scan result: each pair as two
@@ -113,26 +113,36 @@ func AppendPairs(dst []byte, pairs []Pair) []byte {
 // DecodePairs decodes a state scan result. Keys and values alias b.
 func DecodePairs(b []byte) ([]Pair, error) {
 	var out []Pair
-	d := decoder{b: b}
-	for d.err == nil && len(d.b) > 0 {
-		k := d.bytes()
-		v := d.bytes()
+	d := NewReader(b)
+	for d.Err() == nil && d.Len() > 0 {
+		k := d.Bytes()
+		v := d.Bytes()
 		out = append(out, Pair{Key: k, Value: v})
 	}
-	return out, d.done()
+	return out, d.Done()
 }
 
-func appendBytes[T ~string | ~[]byte](dst []byte, s T) []byte {
+// AppendBytes appends s as a length-prefixed byte string, the unit of every
+// encoding here.
+func AppendBytes[T ~string | ~[]byte](dst []byte, s T) []byte {
 	dst = binary.AppendUvarint(dst, uint64(len(s)))
 	return append(dst, s...)
 }
 
-type decoder struct {
+func appendBytes[T ~string | ~[]byte](dst []byte, s T) []byte { return AppendBytes(dst, s) }
+
+// Reader decodes the units of these encodings; the first malformed one
+// sticks as its error (ErrMalformed) and later reads return zero values.
+type Reader struct {
 	b   []byte
 	err error
 }
 
-func (d *decoder) uvarint() uint64 {
+// NewReader reads b.
+func NewReader(b []byte) *Reader { return &Reader{b: b} }
+
+// Uvarint reads an unsigned varint.
+func (d *Reader) Uvarint() uint64 {
 	if d.err != nil {
 		return 0
 	}
@@ -145,7 +155,8 @@ func (d *decoder) uvarint() uint64 {
 	return v
 }
 
-func (d *decoder) varint() int64 {
+// Varint reads a signed varint.
+func (d *Reader) Varint() int64 {
 	if d.err != nil {
 		return 0
 	}
@@ -158,7 +169,8 @@ func (d *decoder) varint() int64 {
 	return v
 }
 
-func (d *decoder) byte() byte {
+// Byte reads one byte.
+func (d *Reader) Byte() byte {
 	if d.err != nil || len(d.b) == 0 {
 		d.err = ErrMalformed
 		return 0
@@ -168,13 +180,21 @@ func (d *decoder) byte() byte {
 	return c
 }
 
-func (d *decoder) bytes() []byte {
-	n := d.uvarint()
-	if d.err != nil {
-		return nil
-	}
+// Count reads a length that must fit in what is left (a count of items of
+// at least a byte each).
+func (d *Reader) Count() int {
+	n := d.Uvarint()
 	if n > uint64(len(d.b)) {
 		d.err = ErrMalformed
+		return 0
+	}
+	return int(n)
+}
+
+// Bytes reads a length-prefixed byte string; it aliases the input.
+func (d *Reader) Bytes() []byte {
+	n := d.Count()
+	if d.err != nil {
 		return nil
 	}
 	v := d.b[:n:n]
@@ -182,9 +202,19 @@ func (d *decoder) bytes() []byte {
 	return v
 }
 
-func (d *decoder) done() error {
+// String reads a length-prefixed string.
+func (d *Reader) String() string { return string(d.Bytes()) }
+
+// Done reports the first error, or ErrMalformed if bytes are left over.
+func (d *Reader) Done() error {
 	if d.err == nil && len(d.b) != 0 {
 		d.err = ErrMalformed
 	}
 	return d.err
 }
+
+// Err reports the first error so far.
+func (d *Reader) Err() error { return d.err }
+
+// Len reports how many bytes are left.
+func (d *Reader) Len() int { return len(d.b) }

@@ -2,15 +2,12 @@ package delivery
 
 import (
 	"encoding/binary"
-	"errors"
 
 	"github.com/durable-host/host/abi"
 )
 
 // The wire forms of deliveries between nodes: compact, length-prefixed, so a
 // connection batch costs one encoding of its events per node.
-
-var errWire = errors.New("delivery: malformed wire message")
 
 // AppendConnBatch appends b's wire form to dst.
 func AppendConnBatch(dst []byte, b *ConnBatch) []byte {
@@ -32,21 +29,21 @@ func AppendConnBatch(dst []byte, b *ConnBatch) []byte {
 
 // DecodeConnBatch decodes a connection batch; payloads alias b.
 func DecodeConnBatch(buf []byte) (*ConnBatch, error) {
-	r := reader{b: buf}
-	b := &ConnBatch{Publisher: r.str()}
-	n := r.count()
+	r := newReader(buf)
+	b := &ConnBatch{Publisher: r.String()}
+	n := r.Count()
 	b.Events = make([]abi.Event, 0, n)
-	for i := 0; i < n && r.err == nil; i++ {
+	for i := 0; i < n && r.Err() == nil; i++ {
 		e := r.event()
 		e.Publisher = b.Publisher
 		b.Events = append(b.Events, e)
 	}
-	n = r.count()
+	n = r.Count()
 	b.Edges = make([]ConnEdge, 0, n)
-	for i := 0; i < n && r.err == nil; i++ {
-		b.Edges = append(b.Edges, ConnEdge{Edge: r.varint(), Conn: r.str(), Topic: r.str(), Cursor: r.uvarint(), Filter: r.str()})
+	for i := 0; i < n && r.Err() == nil; i++ {
+		b.Edges = append(b.Edges, ConnEdge{Edge: r.Varint(), Conn: r.String(), Topic: r.String(), Cursor: r.Uvarint(), Filter: r.String()})
 	}
-	return b, r.done()
+	return b, r.Done()
 }
 
 // AppendObjectDelivery appends d's wire form to dst.
@@ -72,18 +69,18 @@ func AppendObjectDelivery(dst []byte, d *ObjectDelivery) []byte {
 
 // DecodeObjectDelivery decodes an object delivery; payloads alias buf.
 func DecodeObjectDelivery(buf []byte) (*ObjectDelivery, error) {
-	r := reader{b: buf}
-	d := &ObjectDelivery{Publisher: r.str(), Follower: r.str(), Topic: r.str(), Filter: r.str(), Through: r.uvarint()}
-	if r.byte() == 1 {
-		d.Range = &Range{After: r.uvarint(), Through: r.uvarint()}
+	r := newReader(buf)
+	d := &ObjectDelivery{Publisher: r.String(), Follower: r.String(), Topic: r.String(), Filter: r.String(), Through: r.Uvarint()}
+	if r.Byte() == 1 {
+		d.Range = &Range{After: r.Uvarint(), Through: r.Uvarint()}
 	}
-	n := r.count()
-	for i := 0; i < n && r.err == nil; i++ {
+	n := r.Count()
+	for i := 0; i < n && r.Err() == nil; i++ {
 		e := r.event()
 		e.Publisher = d.Publisher
 		d.Events = append(d.Events, e)
 	}
-	return d, r.done()
+	return d, r.Done()
 }
 
 // AppendEvents appends a list of events (without publishers) to dst.
@@ -97,21 +94,18 @@ func AppendEvents(dst []byte, evs []abi.Event) []byte {
 
 // DecodeEvents decodes AppendEvents' output, setting each publisher.
 func DecodeEvents(buf []byte, publisher string) ([]abi.Event, error) {
-	r := reader{b: buf}
-	n := r.count()
+	r := newReader(buf)
+	n := r.Count()
 	out := make([]abi.Event, 0, n)
-	for i := 0; i < n && r.err == nil; i++ {
+	for i := 0; i < n && r.Err() == nil; i++ {
 		e := r.event()
 		e.Publisher = publisher
 		out = append(out, e)
 	}
-	return out, r.done()
+	return out, r.Done()
 }
 
-func appendStr[T ~string | ~[]byte](dst []byte, s T) []byte {
-	dst = binary.AppendUvarint(dst, uint64(len(s)))
-	return append(dst, s...)
-}
+func appendStr[T ~string | ~[]byte](dst []byte, s T) []byte { return abi.AppendBytes(dst, s) }
 
 func appendEvent(dst []byte, e *abi.Event) []byte {
 	dst = appendStr(dst, e.Topic)
@@ -120,76 +114,10 @@ func appendEvent(dst []byte, e *abi.Event) []byte {
 	return appendStr(dst, e.Payload)
 }
 
-type reader struct {
-	b   []byte
-	err error
-}
+type reader struct{ *abi.Reader }
 
-func (r *reader) uvarint() uint64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.err = errWire
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
+func newReader(b []byte) reader { return reader{abi.NewReader(b)} }
 
-func (r *reader) varint() int64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(r.b)
-	if n <= 0 {
-		r.err = errWire
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-// count reads a length that must fit in what is left.
-func (r *reader) count() int {
-	n := r.uvarint()
-	if n > uint64(len(r.b)) {
-		r.err = errWire
-		return 0
-	}
-	return int(n)
-}
-
-func (r *reader) byte() byte {
-	if r.err != nil || len(r.b) == 0 {
-		r.err = errWire
-		return 0
-	}
-	c := r.b[0]
-	r.b = r.b[1:]
-	return c
-}
-
-func (r *reader) bytes() []byte {
-	n := r.count()
-	if r.err != nil {
-		return nil
-	}
-	v := r.b[:n:n]
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *reader) str() string { return string(r.bytes()) }
-
-func (r *reader) event() abi.Event {
-	return abi.Event{Topic: r.str(), Seq: r.uvarint(), Time: r.varint(), Payload: r.bytes()}
-}
-
-func (r *reader) done() error {
-	if r.err == nil && len(r.b) != 0 {
-		r.err = errWire
-	}
-	return r.err
+func (r reader) event() abi.Event {
+	return abi.Event{Topic: r.String(), Seq: r.Uvarint(), Time: r.Varint(), Payload: r.Bytes()}
 }
