@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	natsserver "github.com/nats-io/nats-server/v2/server"
+
 	"github.com/durable-host/host/host"
 	"github.com/durable-host/host/vm/vmtest"
 )
@@ -301,5 +303,44 @@ func TestD20_FollowerRehomedAfterRestartIsNotAFailure(t *testing.T) {
 	}
 	if got := metric(t, a, "host_delivery_retries_total"); got != 0 {
 		t.Fatalf("%v retries: rehoming must not count as a failure", got)
+	}
+}
+
+// TestExternalNATS: nodes pointed at an existing NATS server (--nats-url)
+// instead of their embedded ones form a cluster through it.
+func TestExternalNATS(t *testing.T) {
+	t.Parallel()
+	srv, err := natsserver.NewServer(&natsserver.Options{
+		Host: "127.0.0.1", Port: natsserver.RANDOM_PORT, JetStream: true,
+		StoreDir: t.TempDir(), NoSigs: true, NoLog: true, MaxPayload: 8 << 20,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats server did not start")
+	}
+	t.Cleanup(srv.Shutdown)
+	var nodes []*host.Node
+	for i := 0; i < 2; i++ {
+		cfg := host.DefaultConfig()
+		cfg.DataDir = t.TempDir()
+		cfg.Listen = "127.0.0.1:0"
+		cfg.VM.CacheDir = vmtest.CacheDir()
+		cfg.NATS.URL = srv.ClientURL()
+		nodes = append(nodes, startNodeCfg(t, cfg))
+	}
+	a, b := &host.Client{Base: nodes[0].URL()}, &host.Client{Base: nodes[1].URL()}
+	if _, err := a.Upload(context.Background(), "counter", vmtest.Wasm(t, "counter")); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "both nodes listed", 30*time.Second, func() bool {
+		var v struct{ Nodes []any }
+		return b.Get(context.Background(), "/v1/cluster", &v) == nil && len(v.Nodes) == 2
+	})
+	dcall(t, a, "counter/x", "inc", "")
+	if got := dcall(t, b, "counter/x", "inc", ""); got != "2" {
+		t.Fatalf("through the other node: %s", got)
 	}
 }
