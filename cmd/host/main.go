@@ -102,7 +102,9 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 		Usage: "a WebAssembly host for durable objects and their event streams",
 		Description: `A node runs programs (WebAssembly modules built with the Go or Rust SDK).
 Each object (PROGRAM/ID) owns one SQLite file with its state and event log;
-clients call its methods over HTTP.
+clients call its methods over HTTP and follow its events over WebSockets
+(host watch); other objects follow them durably. Nodes cluster over NATS
+(host serve --help); a publish costs one call per node holding watchers.
 
 Start here:  host dev        (a node on 127.0.0.1:7070 with the examples uploaded)
 Then:        host call counter/c1 inc`,
