@@ -344,3 +344,62 @@ func TestExternalNATS(t *testing.T) {
 		t.Fatalf("through the other node: %s", got)
 	}
 }
+
+// conformance: D12
+func TestD12_RemoteInboxFullPrunedAtPublisher(t *testing.T) {
+	t.Parallel()
+	nodes := clusterOf(t, 3, nil)
+	pub := &host.Client{Base: nodes[0].URL()}
+	remote := &host.Client{Base: nodes[1].URL()}
+	dcall(t, pub, "hostile/pub", "hook_runs", "") // home on node 0
+	// A client on node 1 that never reads.
+	ws := dial(t, remote, "chat/slow")
+	send(t, ws, map[string]string{"type": "follow", "object": "hostile/pub", "topic": "t"})
+	send(t, ws, map[string]string{"type": "follow", "object": "hostile/pub", "topic": "u"})
+	readUntil(t, ws, "followed")
+	readUntil(t, ws, "followed")
+	fast := follow(t, remote, "chat/fast", "hostile/pub", "t", "")
+	const events = 700
+	for i := 0; i < events; i++ {
+		dcall(t, pub, "hostile/pub", "publish", `{"topic":"t","size":30000}`)
+	}
+	waitUntil(t, "the slow remote connection's edges pruned at the publisher", 60*time.Second, func() bool {
+		return len(edges(t, pub, "hostile/pub")) == 1
+	})
+	waitUntil(t, "the fast remote watcher gets everything", 60*time.Second, func() bool { return len(fast.seqs(t)) == events })
+	if metric(t, pub, `host_edges_pruned_total{reason="connection"}`) != 2 {
+		t.Error("both edges of the refused connection should be pruned at the publisher")
+	}
+	readUntil(t, ws, "behind")
+	send(t, ws, map[string]string{"type": "ping"})
+	readUntil(t, ws, "pong")
+}
+
+// conformance: D09 D15
+func TestD09_FiftyFollowersOnOtherNodes(t *testing.T) {
+	t.Parallel()
+	nodes := clusterOf(t, 3, nil)
+	pub := &host.Client{Base: nodes[0].URL()}
+	dcall(t, pub, "chat/room1", "post", `{"author":"zero","text":"home on node 0"}`)
+	const followers = 50
+	for i := 0; i < followers; i++ {
+		c := &host.Client{Base: nodes[1+i%2].URL()}
+		dcall(t, c, fmt.Sprintf("tally/f%d", i), "follow", `{"publisher":"chat/room1"}`)
+	}
+	const msgs = 4
+	before := metric(t, pub, `host_internode_calls_total{kind="deliver"}`)
+	for m := 0; m < msgs; m++ {
+		dcall(t, pub, "chat/room1", "post", fmt.Sprintf(`{"author":"ann","text":"m%d"}`, m))
+		// Each message is delivered before the next, so the count per
+		// message is exact.
+		for i := 0; i < followers; i++ {
+			c := &host.Client{Base: nodes[1+i%2].URL()}
+			want := fmt.Sprintf(`{"authors":{"ann":%d},"duplicates":0,"total":%d}`, m+1, m+1)
+			waitUntil(t, "follower counted", 60*time.Second, func() bool { return dcall(t, c, fmt.Sprintf("tally/f%d", i), "counts", "") == want })
+		}
+	}
+	sent := metric(t, pub, `host_internode_calls_total{kind="deliver"}`) - before
+	if sent != followers*msgs {
+		t.Fatalf("%v object deliveries for %d followers × %d messages, want one per edge per message", sent, followers, msgs)
+	}
+}
