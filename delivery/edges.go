@@ -112,6 +112,11 @@ func (t *Tx) Edges() ([]Edge, error) {
 	return t.queryEdges(`SELECT ` + edgeCols + ` FROM edges ORDER BY id`)
 }
 
+// MayHaveEdges reports whether the publisher may have followers: false only
+// when the edge cache is loaded and empty, so a publish with nobody to
+// deliver to costs no pump round.
+func (f *File) MayHaveEdges() bool { return f.edges == nil || len(f.edges) > 0 }
+
 // cachedEdges returns the file's edges, loading them once.
 func (t *Tx) cachedEdges() ([]Edge, error) {
 	if t.f.edges != nil {

@@ -304,7 +304,7 @@ func (o *object) handle(ctx context.Context, run func(h *objectHost) error) erro
 	if err := tx.Commit(); err != nil {
 		return err
 	}
-	if tx.Published() > 0 {
+	if tx.Published() > 0 && o.file.MayHaveEdges() {
 		o.node.kick(o.id)
 	}
 	return nil
