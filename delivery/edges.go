@@ -168,13 +168,6 @@ func (t *Tx) NextDue(head uint64) (time.Time, bool, error) {
 	return time.Unix(0, next), true, nil
 }
 
-// HasEdges reports whether the publisher has any edge.
-func (t *Tx) HasEdges() (bool, error) {
-	var n int
-	err := t.f.conn.QueryRowContext(bg, `SELECT EXISTS (SELECT 1 FROM edges)`).Scan(&n)
-	return n == 1, err
-}
-
 // Events returns up to limit events after seq in order, stopping once
 // maxBytes of payload are collected (at least one event is returned).
 func (t *Tx) Events(after uint64, limit, maxBytes int) ([]abi.Event, error) {

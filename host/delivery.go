@@ -222,9 +222,6 @@ func (n *Node) materialize(ctx context.Context, pub ObjectID, d *delivery.Object
 	return evs, nil
 }
 
-// FollowResult is an approved follow.
-type FollowResult = delivery.Edge
-
 // Follow asks publisher to admit a follower living on this node: the
 // publisher's follow hook runs (once, now, never during delivery) on the
 // publisher's home, and on approval an edge is recorded at the log's head,

@@ -129,12 +129,6 @@ func (i *Instance) Follow(h Host, req *abi.FollowRequest) error {
 	return &GuestError{Message: fmt.Sprintf("follow hook returned status %d", st)}
 }
 
-// HasReceive reports whether the program handles durable deliveries.
-func (i *Instance) HasReceive() bool { return i.receive != nil }
-
-// HasEvent reports whether the program shapes connection events.
-func (i *Instance) HasEvent() bool { return i.event != nil }
-
 // Receive runs the durable follower handler on e.
 func (i *Instance) Receive(h Host, e *abi.Event) error {
 	if i.receive == nil {

@@ -19,7 +19,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/tetratelabs/wazero"
@@ -128,11 +127,10 @@ type Engine struct {
 	mu   sync.Mutex
 	live map[*Instance]struct{}
 
-	stop     chan struct{}
-	stopped  chan struct{}
-	closeMu  sync.Once
-	base     time.Time
-	compiles atomic.Int64
+	stop    chan struct{}
+	stopped chan struct{}
+	closeMu sync.Once
+	base    time.Time
 }
 
 // New starts an engine and its budget watchdog. Close stops it.
@@ -255,7 +253,6 @@ func (e *Engine) Compile(ctx context.Context, wasm []byte) (*Module, error) {
 	if len(wasm) < 8 || string(wasm[:4]) != "\x00asm" {
 		return nil, fmt.Errorf("%w: not a WebAssembly module (no \\0asm header)", ErrInvalidModule)
 	}
-	e.compiles.Add(1)
 	cm, err := e.rt.CompileModule(ctx, wasm)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidModule, err)
@@ -267,9 +264,6 @@ func (e *Engine) Compile(ctx context.Context, wasm []byte) (*Module, error) {
 	}
 	return m, nil
 }
-
-// Compiles counts calls to Compile (compilation cache hits included).
-func (e *Engine) Compiles() int64 { return e.compiles.Load() }
 
 func (e *Engine) check(ctx context.Context, m *Module) error {
 	cm := m.compiled
