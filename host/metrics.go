@@ -27,8 +27,6 @@ type metrics struct {
 	materialized prometheus.Counter
 	followHooks  prometheus.Counter
 	eventCalls   prometheus.Counter
-	envelopes    prometheus.Counter
-	frames       prometheus.Counter
 	conns        prometheus.Gauge
 	remoteCalls  *prometheus.CounterVec // op
 	remoteBytes  *prometheus.CounterVec // op
@@ -63,8 +61,6 @@ func newMetrics() *metrics {
 	m.materialized = prometheus.NewCounter(prometheus.CounterOpts{Name: "host_ranges_materialized_total", Help: "Ranged deliveries read through the read path."})
 	m.followHooks = prometheus.NewCounter(prometheus.CounterOpts{Name: "host_follow_hooks_total", Help: "Follow hook runs (edge creations asked)."})
 	m.eventCalls = prometheus.NewCounter(prometheus.CounterOpts{Name: "host_event_handler_calls_total", Help: "Connection events shaped by a program's event export (VM runs)."})
-	m.envelopes = prometheus.NewCounter(prometheus.CounterOpts{Name: "host_forward_envelopes_total", Help: "Connection events written as the forward envelope (no VM)."})
-	m.frames = prometheus.NewCounter(prometheus.CounterOpts{Name: "host_socket_frames_total", Help: "Frames written to WebSockets."})
 	m.conns = prometheus.NewGauge(prometheus.GaugeOpts{Name: "host_connections", Help: "Open WebSocket connections."})
 	m.remoteCalls = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "host_internode_calls_total", Help: "Inter-node requests sent, by kind (conns = a connection batch, deliver = an object delivery, call, follow, range ...).",
@@ -74,9 +70,19 @@ func newMetrics() *metrics {
 	}, []string{"kind"})
 	m.reg.MustRegister(m.remoteCalls, m.remoteBytes)
 	m.reg.MustRegister(calls, m.callSecs, m.deliveries, m.deliveredEvs, m.pruned, m.retries, m.dropped,
-		m.received, m.materialized, m.followHooks, m.eventCalls, m.envelopes, m.frames, m.conns,
+		m.received, m.materialized, m.followHooks, m.eventCalls, m.conns,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
+}
+
+// connectionCounters exposes the connections' own frame counts.
+func (m *metrics) connectionCounters(cs *conns) {
+	m.reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "host_socket_frames_total", Help: "Frames written to WebSockets."},
+			func() float64 { f, _ := cs.totals(); return float64(f) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "host_forward_envelopes_total", Help: "Connection events written as the forward envelope (no VM)."},
+			func() float64 { _, e := cs.totals(); return float64(e) }),
+	)
 }
 
 func (m *metrics) observeCall(_ string, d time.Duration, err error) {

@@ -189,6 +189,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	n.metrics.log = n.log
 	n.objects = newObjects(n)
 	n.conns = newConns()
+	n.metrics.connectionCounters(n.conns)
 	n.topics.nodes = n
 	n.dcfg = cfg.Delivery
 	if err := n.open(ctx); err != nil {
