@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"runtime"
@@ -134,23 +133,9 @@ func RunRaw(ctx context.Context, sockets, rounds int, frame []byte, progress Pro
 			defer readers.Done()
 			buf := make([]byte, 4096)
 			for {
-				_, r, err := c.Reader(context.Background())
-				if err != nil {
+				var err error
+				if buf, err = readFrame(c, buf); err != nil {
 					return
-				}
-				n := 0
-				for {
-					k, err := r.Read(buf[n:])
-					n += k
-					if err == io.EOF {
-						break
-					}
-					if err != nil {
-						return
-					}
-					if n == len(buf) {
-						buf = append(buf, make([]byte, len(buf))...)
-					}
 				}
 				now := time.Now().UnixNano()
 				if measuring.Load() {

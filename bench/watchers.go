@@ -162,32 +162,42 @@ func number(f, key []byte) (int64, bool) {
 	return v, ok
 }
 
+// readFrame reads one whole frame into buf (grown as needed) without
+// allocating per frame, and returns it.
+func readFrame(c *websocket.Conn, buf []byte) ([]byte, error) {
+	_, r, err := c.Reader(context.Background())
+	if err != nil {
+		return nil, err
+	}
+	buf = buf[:cap(buf)]
+	n := 0
+	for {
+		k, err := r.Read(buf[n:])
+		n += k
+		if err == io.EOF {
+			return buf[:n], nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if n == len(buf) {
+			buf = append(buf, make([]byte, len(buf))...)
+		}
+	}
+}
+
 // read consumes frames into a reused buffer.
 func (ws *watchers) read(i int) {
 	defer ws.wg.Done()
 	c := ws.ws[i]
 	buf := make([]byte, 4096)
 	for {
-		_, r, err := c.Reader(context.Background())
+		f, err := readFrame(c, buf)
 		if err != nil {
 			return
 		}
-		n := 0
-		for {
-			k, err := r.Read(buf[n:])
-			n += k
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				return
-			}
-			if n == len(buf) {
-				buf = append(buf, make([]byte, len(buf))...)
-			}
-		}
+		buf = f[:cap(f)]
 		now := time.Now().UnixNano()
-		f := buf[:n]
 		if !bytes.HasPrefix(f, eventPrefix) {
 			ws.notices.Add(1)
 			s := string(f)
