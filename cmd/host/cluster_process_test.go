@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -18,54 +16,14 @@ import (
 )
 
 // startClusterNode runs `host serve` in a cluster of routes as its own
-// process and waits for /healthz.
+// process; the caller waits for it with waitHealthy.
 func startClusterNode(t *testing.T, bin, data, addr string, route string, peers []string) *server {
 	t.Helper()
-	s := &server{out: &bytes.Buffer{}, done: make(chan error, 1)}
-	args := []string{"serve", "--data", data, "--listen", addr, "--log-level", "warn",
-		"--nats-cluster", route, "--lease-ttl", "6s", "--heartbeat", "500ms"}
+	extra := []string{"--nats-cluster", route, "--lease-ttl", "6s", "--heartbeat", "500ms"}
 	for _, p := range peers {
-		args = append(args, "--nats-routes", "nats://"+p)
+		extra = append(extra, "--nats-routes", "nats://"+p)
 	}
-	s.cmd = exec.Command(bin, args...)
-	s.cmd.Env = cleanEnv()
-	lw := &lockedWriter{w: s.out}
-	s.cmd.Stdout, s.cmd.Stderr = lw, lw
-	if err := s.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { s.done <- s.cmd.Wait() }()
-	t.Cleanup(func() {
-		if !s.waited {
-			s.cmd.Process.Kill()
-			<-s.done
-		}
-	})
-	return s
-}
-
-func waitHealthy(t *testing.T, addr string, s *server) {
-	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		resp, err := http.Get("http://" + addr + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		select {
-		case err := <-s.done:
-			s.waited = true
-			t.Fatalf("host serve exited early: %v\n%s", err, s.out)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("host serve not healthy within 90s\n%s", s.out)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return spawnServer(t, bin, data, addr, extra...)
 }
 
 // TestD21_KillNodeHoldingSockets runs three `host serve` processes in a

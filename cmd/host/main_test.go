@@ -91,8 +91,18 @@ type server struct {
 // startServer runs `host serve` as its own process and waits for /healthz.
 func startServer(t *testing.T, bin, data, addr string) *server {
 	t.Helper()
+	s := spawnServer(t, bin, data, addr)
+	waitHealthy(t, addr, s)
+	return s
+}
+
+// spawnServer starts `host serve` (with extra flags) as its own process and
+// kills it at the end of the test unless the test waited for it.
+func spawnServer(t *testing.T, bin, data, addr string, extra ...string) *server {
+	t.Helper()
 	s := &server{out: &bytes.Buffer{}, done: make(chan error, 1)}
-	s.cmd = exec.Command(bin, "serve", "--data", data, "--listen", addr, "--log-level", "warn")
+	args := append([]string{"serve", "--data", data, "--listen", addr, "--log-level", "warn"}, extra...)
+	s.cmd = exec.Command(bin, args...)
 	s.cmd.Env = cleanEnv()
 	lw := &lockedWriter{w: s.out}
 	s.cmd.Stdout, s.cmd.Stderr = lw, lw
@@ -106,13 +116,19 @@ func startServer(t *testing.T, bin, data, addr string) *server {
 			<-s.done
 		}
 	})
-	deadline := time.Now().Add(60 * time.Second)
+	return s
+}
+
+// waitHealthy waits for the server's /healthz, failing if it exits first.
+func waitHealthy(t *testing.T, addr string, s *server) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
 	for {
 		resp, err := http.Get("http://" + addr + "/healthz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return s
+				return
 			}
 		}
 		select {
@@ -122,7 +138,7 @@ func startServer(t *testing.T, bin, data, addr string) *server {
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("host serve not healthy within 60s\n%s", s.out)
+			t.Fatalf("host serve not healthy within 90s\n%s", s.out)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
