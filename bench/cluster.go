@@ -468,3 +468,17 @@ func RaiseNoFile(need uint64) error {
 	}
 	return nil
 }
+
+// annotate adds what any exited node said to err.
+func (c *Cluster) annotate(err error) error {
+	if ex := c.Exited(); ex != "" {
+		return fmt.Errorf("%w\n%s", err, ex)
+	}
+	return err
+}
+
+// Post publishes message i on the benchmark's publisher through node 0.
+func (c *Cluster) Post(ctx context.Context, i int) error {
+	_, err := c.Nodes[0].Client.Call(ctx, Publisher, "post", fmt.Appendf(nil, `{"author":"bench","text":"message %d"}`, i))
+	return err
+}

@@ -112,20 +112,11 @@ func RunFanout(ctx context.Context, cfg FanoutConfig) (*FanoutResult, error) {
 		return nil, err
 	}
 	defer cl.Close()
-	fail := func(err error) (*FanoutResult, error) {
-		if ex := cl.Exited(); ex != "" {
-			err = fmt.Errorf("%w\n%s", err, ex)
-		}
-		return nil, err
-	}
+	fail := func(err error) (*FanoutResult, error) { return nil, cl.annotate(err) }
 	if err := cl.Upload(ctx, filepath.Join(cl.dir, "wasm")); err != nil {
 		return fail(err)
 	}
-	pub := cl.Nodes[0].Client
-	post := func(i int) error {
-		_, err := pub.Call(ctx, Publisher, "post", fmt.Appendf(nil, `{"author":"bench","text":"message %d"}`, i))
-		return err
-	}
+	post := func(i int) error { return cl.Post(ctx, i) }
 	// The first post homes the room on node 0.
 	if err := post(0); err != nil {
 		return fail(fmt.Errorf("first post: %w", err))

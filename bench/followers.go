@@ -84,20 +84,11 @@ func RunFollowers(ctx context.Context, cfg FollowersConfig) (*FollowersResult, e
 		return nil, err
 	}
 	defer cl.Close()
-	fail := func(err error) (*FollowersResult, error) {
-		if ex := cl.Exited(); ex != "" {
-			err = fmt.Errorf("%w\n%s", err, ex)
-		}
-		return nil, err
-	}
+	fail := func(err error) (*FollowersResult, error) { return nil, cl.annotate(err) }
 	if err := cl.Upload(ctx, filepath.Join(cl.dir, "wasm")); err != nil {
 		return fail(err)
 	}
-	pub := cl.Nodes[0].Client
-	post := func(i int) error {
-		_, err := pub.Call(ctx, Publisher, "post", fmt.Appendf(nil, `{"author":"bench","text":"message %d"}`, i))
-		return err
-	}
+	post := func(i int) error { return cl.Post(ctx, i) }
 	if err := post(0); err != nil {
 		return fail(fmt.Errorf("first post: %w", err))
 	}
