@@ -16,13 +16,22 @@ func TestFanoutTiny(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts node processes")
 	}
+	checkFanout(t, 2, 20, 5, 3*time.Minute)
+}
+
+// checkFanout runs the product mode over nodes processes and watchers
+// sockets and checks the seed's cost: one send per node holding sockets
+// (the publisher's own node delivers locally), every watcher gets every
+// message in order, one socket frame per watcher per message.
+func checkFanout(t *testing.T, nodes, watchers, messages int, limit time.Duration) {
+	t.Helper()
 	dir := t.TempDir()
 	exe := buildHost(t, dir)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	r, err := RunFanout(ctx, FanoutConfig{
-		Exe: exe, Nodes: 2, Watchers: 20, Messages: 5, Mode: ModeNode,
-		Timeout: 30 * time.Second, Dir: filepath.Join(dir, "run"),
+		Exe: exe, Nodes: nodes, Watchers: watchers, Messages: messages, Mode: ModeNode,
+		Timeout: 60 * time.Second, Dir: filepath.Join(dir, "run"),
 		Progress: func(stage string, done, total int) {
 			if done == total {
 				t.Logf("%s: %d/%d", stage, done, total)
@@ -33,20 +42,20 @@ func TestFanoutTiny(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("sends/msg %v, inter-node/msg %v, bytes/msg %v, p50 %.2f ms, p99 %.2f ms", r.SendsPerMsg, r.InterNodePerMsg, r.BytesPerMsg, r.P50Ms, r.P99Ms)
-	if r.NodesWithSockets != 2 {
-		t.Fatalf("watchers on %d nodes, want 2", r.NodesWithSockets)
+	if r.NodesWithSockets != nodes {
+		t.Fatalf("watchers on %d nodes, want %d", r.NodesWithSockets, nodes)
 	}
-	if r.SendsPerMsg != float64(r.NodesWithSockets) {
-		t.Errorf("sends per message = %v, want %d (one per node holding sockets)", r.SendsPerMsg, r.NodesWithSockets)
+	if r.SendsPerMsg != float64(nodes) {
+		t.Errorf("sends per message = %v, want %d (one per node holding sockets)", r.SendsPerMsg, nodes)
 	}
-	if r.InterNodePerMsg != float64(r.NodesWithSockets-1) {
-		t.Errorf("inter-node calls per message = %v, want %d (the publisher's own node delivers locally)", r.InterNodePerMsg, r.NodesWithSockets-1)
+	if r.InterNodePerMsg != float64(nodes-1) {
+		t.Errorf("inter-node calls per message = %v, want %d (the publisher's own node delivers locally)", r.InterNodePerMsg, nodes-1)
 	}
 	if r.Delivered != r.Expected || r.OutOfOrder != 0 {
 		t.Errorf("delivered %d of %d, %d out of order", r.Delivered, r.Expected, r.OutOfOrder)
 	}
-	if r.FramesPerMsg != 20 {
-		t.Errorf("socket frames per message = %v, want 20", r.FramesPerMsg)
+	if r.FramesPerMsg != float64(watchers) {
+		t.Errorf("socket frames per message = %v, want %d", r.FramesPerMsg, watchers)
 	}
 }
 
@@ -74,33 +83,5 @@ func TestD08_FiveThousandWatchersOnEightNodes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts 8 node processes and 5,000 sockets")
 	}
-	dir := t.TempDir()
-	exe := buildHost(t, dir)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	r, err := RunFanout(ctx, FanoutConfig{
-		Exe: exe, Nodes: 8, Watchers: 5000, Messages: 5, Mode: ModeNode,
-		Timeout: 60 * time.Second, Dir: filepath.Join(dir, "run"),
-		Progress: func(stage string, done, total int) {
-			if done == total {
-				t.Logf("%s: %d/%d", stage, done, total)
-			}
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("sends/msg %v, inter-node/msg %v, bytes/msg %v, p50 %.2f ms, p99 %.2f ms", r.SendsPerMsg, r.InterNodePerMsg, r.BytesPerMsg, r.P50Ms, r.P99Ms)
-	if r.NodesWithSockets != 8 {
-		t.Fatalf("watchers on %d nodes, want 8", r.NodesWithSockets)
-	}
-	if r.SendsPerMsg != 8 || r.InterNodePerMsg != 7 {
-		t.Errorf("sends per message %v (inter-node %v), want 8 (7)", r.SendsPerMsg, r.InterNodePerMsg)
-	}
-	if r.Delivered != r.Expected || r.OutOfOrder != 0 {
-		t.Errorf("delivered %d of %d, %d out of order", r.Delivered, r.Expected, r.OutOfOrder)
-	}
-	if r.FramesPerMsg != 5000 {
-		t.Errorf("socket frames per message = %v, want 5000", r.FramesPerMsg)
-	}
+	checkFanout(t, 8, 5000, 5, 5*time.Minute)
 }
