@@ -175,6 +175,9 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 			"--data", n.Data,
 			"--listen", strings.TrimPrefix(n.URL, "http://"),
 			"--nats-cluster", strings.TrimPrefix(n.Route, "nats://"),
+			// A name of its own: a stray route from another cluster on
+			// this machine is refused instead of merging.
+			"--nats-cluster-name", "bench-" + filepath.Base(c.dir),
 			"--fanout", cfg.Mode,
 			"--lease-ttl", cfg.LeaseTTL.String(),
 			"--log-level", cfg.LogLevel,

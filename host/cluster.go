@@ -72,9 +72,13 @@ type cluster struct {
 var ErrLeaseLost = errors.New("node lease lost")
 
 // retryJS retries f while JetStream is not ready yet: a fresh cluster needs
-// a moment to elect its meta leader.
-func retryJS(ctx context.Context, f func(context.Context) error) error {
-	deadline := time.Now().Add(60 * time.Second)
+// a moment to elect its meta leader and to learn its peers. It says so in
+// the log every few seconds, so a node waiting for peers that never come
+// (a wrong route, another --nats-cluster-name) does not look hung.
+func retryJS(ctx context.Context, log *slog.Logger, what string, f func(context.Context) error) error {
+	start := time.Now()
+	deadline := start.Add(60 * time.Second)
+	lastLog := start
 	for {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		err := f(cctx)
@@ -84,6 +88,10 @@ func retryJS(ctx context.Context, f func(context.Context) error) error {
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return err
+		}
+		if time.Since(lastLog) >= 5*time.Second {
+			lastLog = time.Now()
+			log.Warn("waiting for the NATS cluster's JetStream", "for", what, "waited", time.Since(start).Round(time.Second), "error", err)
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
@@ -120,7 +128,7 @@ func newCluster(ctx context.Context, n *Node) (*cluster, error) {
 		replicas = n.cfg.KVReplicas
 	}
 	c.replicas = replicas
-	err = retryJS(ctx, func(ctx context.Context) error {
+	err = retryJS(ctx, n.log, "node leases and object directory", func(ctx context.Context) error {
 		var err error
 		c.nodes, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 			Bucket: nodesBucket, TTL: c.ttl, LimitMarkerTTL: c.ttl, Replicas: replicas, Storage: jetstream.MemoryStorage,

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -59,6 +61,7 @@ func clusterWithConfigs(t *testing.T, k int, mutate func(i int, c *host.Config))
 	for i := range routes {
 		routes[i] = freeAddr(t)
 	}
+	name := clusterName(t)
 	nodes := make([]*host.Node, k)
 	errs := make([]error, k)
 	var wg sync.WaitGroup
@@ -68,7 +71,7 @@ func clusterWithConfigs(t *testing.T, k int, mutate func(i int, c *host.Config))
 		cfg.Listen = "127.0.0.1:0"
 		cfg.VM.CacheDir = vmtest.CacheDir()
 		cfg.LeaseTTL, cfg.Heartbeat = 4*time.Second, 500*time.Millisecond
-		cfg.NATS.Cluster = routes[i]
+		cfg.NATS.Cluster, cfg.NATS.ClusterName = routes[i], name
 		for j, r := range routes {
 			if j != i {
 				cfg.NATS.Routes = append(cfg.NATS.Routes, "nats://"+r)
@@ -402,4 +405,13 @@ func TestD09_FiftyFollowersOnOtherNodes(t *testing.T) {
 	if sent != followers*msgs {
 		t.Fatalf("%v object deliveries for %d followers × %d messages, want one per edge per message", sent, followers, msgs)
 	}
+}
+
+var clusters atomic.Int64
+
+// clusterName is a NATS cluster name no other test cluster has: a server
+// of another test that still retries a route to a port this cluster now
+// uses is refused instead of merging the two clusters.
+func clusterName(t *testing.T) string {
+	return fmt.Sprintf("t%d-%d", os.Getpid(), clusters.Add(1))
 }

@@ -66,7 +66,7 @@ func statusOf(err error) int {
 		return http.StatusForbidden
 	case errors.As(err, &ge):
 		return http.StatusUnprocessableEntity
-	case errors.Is(err, vm.ErrBudget):
+	case errors.Is(err, vm.ErrBudget), errors.Is(err, vm.ErrInitBudget):
 		return http.StatusGatewayTimeout
 	case errors.As(err, &te):
 		return http.StatusInternalServerError

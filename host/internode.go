@@ -129,7 +129,11 @@ func (n *Node) request(ctx context.Context, node, op string, m *nats.Msg, timeou
 	return reply, nil
 }
 
-func (n *Node) remoteTimeout() time.Duration { return n.cfg.VM.Budget + 5*time.Second }
+// remoteTimeout bounds a forwarded call: the home may have to activate the
+// object (its _initialize) before running the handler.
+func (n *Node) remoteTimeout() time.Duration {
+	return max(n.cfg.VM.Budget, n.cfg.VM.InitBudget) + n.cfg.VM.Budget + 5*time.Second
+}
 
 func objectHeader(m *nats.Msg, id ObjectID) {
 	if m.Header == nil {

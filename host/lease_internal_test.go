@@ -2,7 +2,9 @@ package host
 
 import (
 	"context"
+	"fmt"
 	"net"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -28,6 +30,7 @@ func TestLeaseLostNodeIsGoneForGood(t *testing.T) {
 	// Three nodes: the cluster's buckets keep three replicas and survive
 	// one node leaving.
 	routes := []string{freeRoute(t), freeRoute(t), freeRoute(t)}
+	name := fmt.Sprintf("lease-%d", os.Getpid())
 	nodes := make([]*Node, 3)
 	errs := make([]error, 3)
 	var wg sync.WaitGroup
@@ -37,7 +40,7 @@ func TestLeaseLostNodeIsGoneForGood(t *testing.T) {
 		cfg.Listen = "127.0.0.1:0"
 		cfg.VM.CacheDir = vmtest.CacheDir()
 		cfg.LeaseTTL, cfg.Heartbeat = 3*time.Second, 300*time.Millisecond
-		cfg.NATS.Cluster = routes[i]
+		cfg.NATS.Cluster, cfg.NATS.ClusterName = routes[i], name
 		for j, r := range routes {
 			if j != i {
 				cfg.NATS.Routes = append(cfg.NATS.Routes, "nats://"+r)

@@ -1,6 +1,7 @@
 package host
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -26,6 +27,10 @@ type NATSConfig struct {
 	Cluster string
 	// Routes are the peers' route URLs (nats://HOST:PORT).
 	Routes []string
+	// ClusterName names the embedded cluster; every peer must use the same
+	// one, and a route from a server with another name is refused, so two
+	// clusters on one network never merge by a stray route. Default "host".
+	ClusterName string
 }
 
 type natsConn struct {
@@ -81,7 +86,7 @@ func startNATS(cfg NATSConfig, storeDir string, log *slog.Logger) (*natsConn, er
 		if err != nil {
 			return nil, fmt.Errorf("nats cluster %q: %w", cfg.Cluster, err)
 		}
-		opts.Cluster.Name = "host"
+		opts.Cluster.Name = cmp.Or(cfg.ClusterName, "host")
 		opts.Cluster.Host, opts.Cluster.Port = h, p
 		opts.ServerName = "host-" + net.JoinHostPort(h, strconv.Itoa(p))
 		for _, r := range cfg.Routes {

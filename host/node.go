@@ -221,7 +221,7 @@ func (n *Node) open(ctx context.Context) error {
 	if n.cluster, err = newCluster(ctx, n); err != nil {
 		return err
 	}
-	if n.programs, err = openPrograms(ctx, cfg.DataDir, n.cluster.js, n.cluster.replicas, n.engine); err != nil {
+	if n.programs, err = openPrograms(ctx, n.log, cfg.DataDir, n.cluster.js, n.cluster.replicas, n.engine); err != nil {
 		return fmt.Errorf("programs: %w", err)
 	}
 	n.pump = delivery.NewPump(cfg.Delivery, remoteTransport{n}, clusterMembership{n}, n.metrics, n.log)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -79,14 +80,14 @@ const (
 	modulesBucket  = "host_modules"
 )
 
-func openPrograms(ctx context.Context, dataDir string, js jetstream.JetStream, replicas int, engine *vm.Engine) (*programs, error) {
+func openPrograms(ctx context.Context, log *slog.Logger, dataDir string, js jetstream.JetStream, replicas int, engine *vm.Engine) (*programs, error) {
 	dir := filepath.Join(dataDir, "programs")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
 	var kv jetstream.KeyValue
 	var blobs jetstream.ObjectStore
-	err := retryJS(ctx, func(ctx context.Context) error {
+	err := retryJS(ctx, log, "programs", func(ctx context.Context) error {
 		var err error
 		kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 			Bucket: programsBucket, Replicas: replicas, Storage: jetstream.FileStorage, History: 1,

@@ -52,10 +52,10 @@ type Instance struct {
 	broken  bool
 	out     *tail
 
-	// start is the running call's start (Engine.now), 0 when idle; the
-	// watchdog reads it and sets expired before cancelling.
-	start   atomic.Int64
-	expired atomic.Bool
+	// deadline is when the running call's budget ends (Engine.now), 0
+	// when idle; the watchdog reads it and sets expired before cancelling.
+	deadline atomic.Int64
+	expired  atomic.Bool
 }
 
 // Module returns the module this instance runs.
@@ -193,9 +193,9 @@ func (i *Instance) invoke(h Host, f api.Function, input []byte, nparams int) (in
 		return 0, &TrapError{Message: "instance is broken"}
 	}
 	i.host, i.input, i.reply, i.result = h, input, i.reply[:0], nil
-	i.start.Store(i.e.now())
+	i.deadline.Store(i.e.now() + i.e.budget)
 	err := f.CallWithStack(i.ctx, i.stack[:max(nparams, 1)])
-	i.start.Store(0)
+	i.deadline.Store(0)
 	i.host, i.input, i.result = nil, nil, nil
 	if err != nil {
 		i.broken = true

@@ -44,6 +44,11 @@ type Config struct {
 	// Budget is the wall-clock budget of one handler call; past it the call
 	// is cancelled, fails with ErrBudget and the instance is broken.
 	Budget time.Duration
+	// InitBudget bounds a fresh instance's _initialize. It is not a handler
+	// call (the guest's runtime starts up), so it gets the longer of this
+	// and Budget: a short handler budget does not fail a slow start on a
+	// busy machine, and a guest that loops in its init is still stopped.
+	InitBudget time.Duration
 	// MemoryLimitPages is the most 64 KiB pages one instance may have.
 	MemoryLimitPages uint32
 	// MaxModuleSize is the largest module Compile accepts, in bytes.
@@ -58,6 +63,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Budget:           DefaultBudget,
+		InitBudget:       DefaultBudget,
 		MemoryLimitPages: DefaultMemoryLimitPages,
 		MaxModuleSize:    DefaultMaxModuleSize,
 		Logger:           slog.Default(),
@@ -83,6 +89,8 @@ func (c Config) Validate() error {
 var (
 	// ErrBudget: the handler ran past its budget and was stopped.
 	ErrBudget = errors.New("handler ran past its budget")
+	// ErrInitBudget: a fresh instance's _initialize ran past InitBudget.
+	ErrInitBudget = errors.New("_initialize ran past its budget")
 	// ErrMethodNotFound: the program has no such method.
 	ErrMethodNotFound = errors.New("no such method")
 	// ErrNoHandler: the program does not export the handler asked for.
@@ -131,6 +139,8 @@ type Engine struct {
 	stopped chan struct{}
 	closeMu sync.Once
 	base    time.Time
+	// budget and initBudget are the call and _initialize budgets in ns.
+	budget, initBudget int64
 }
 
 // New starts an engine and its budget watchdog. Close stops it.
@@ -162,6 +172,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	}
 	e := &Engine{
 		cfg: cfg, rt: rt, cache: cache,
+		budget: int64(cfg.Budget), initBudget: int64(max(cfg.Budget, cfg.InitBudget)),
 		live:    map[*Instance]struct{}{},
 		stop:    make(chan struct{}),
 		stopped: make(chan struct{}),
@@ -199,7 +210,6 @@ func (e *Engine) watchdog() {
 	tick = min(max(tick, time.Millisecond), 100*time.Millisecond)
 	t := time.NewTicker(tick)
 	defer t.Stop()
-	budget := int64(e.cfg.Budget)
 	for {
 		select {
 		case <-e.stop:
@@ -209,7 +219,7 @@ func (e *Engine) watchdog() {
 		now := e.now()
 		e.mu.Lock()
 		for inst := range e.live {
-			if s := inst.start.Load(); s != 0 && now-s > budget {
+			if d := inst.deadline.Load(); d != 0 && now > d {
 				inst.expired.Store(true)
 				inst.cancel()
 			}
@@ -307,7 +317,7 @@ func (e *Engine) check(ctx context.Context, m *Module) error {
 	// its ABI version and handlers.
 	inst, err := e.Instantiate(ctx, m)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidModule, err)
+		return fmt.Errorf("%w: %w", ErrInvalidModule, err)
 	}
 	defer inst.Close(ctx)
 	v, err := inst.callRaw(nil, inst.version)
@@ -371,13 +381,13 @@ func (e *Engine) Instantiate(ctx context.Context, m *Module) (*Instance, error) 
 		WithRandSource(rand.Reader).
 		WithStdout(inst.out).
 		WithStderr(inst.out)
-	inst.start.Store(e.now())
+	inst.deadline.Store(e.now() + e.initBudget)
 	mod, err := e.rt.InstantiateModule(ictx, m.compiled, mc)
-	inst.start.Store(0)
+	inst.deadline.Store(0)
 	if err != nil {
 		inst.release()
 		if inst.expired.Load() {
-			return nil, fmt.Errorf("initialize: %w", ErrBudget)
+			return nil, fmt.Errorf("%w (%v)", ErrInitBudget, time.Duration(e.initBudget))
 		}
 		if ctx.Err() != nil {
 			return nil, ctx.Err()

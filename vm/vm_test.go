@@ -186,3 +186,51 @@ func TestCompileRejects(t *testing.T) {
 		t.Fatalf("minimal valid module: %v", err)
 	}
 }
+
+// loopingInitModule is a valid module (version, call) whose _initialize
+// never returns.
+func loopingInitModule() []byte {
+	m := []byte{0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00}
+	// types: 0: () -> i32, 1: (i32, i32) -> i32, 2: () -> ()
+	m = append(m, 0x01, 0x0e, 0x03, 0x60, 0x00, 0x01, 0x7f, 0x60, 0x02, 0x7f, 0x7f, 0x01, 0x7f, 0x60, 0x00, 0x00)
+	m = append(m, 0x03, 0x04, 0x03, 0x00, 0x01, 0x02)
+	var exp []byte
+	for i, name := range []string{abi.ExportVersion, abi.ExportCall, "_initialize"} {
+		exp = append(exp, byte(len(name)))
+		exp = append(exp, name...)
+		exp = append(exp, 0x00, byte(i))
+	}
+	m = append(m, 0x07, byte(len(exp)+1), 0x03)
+	m = append(m, exp...)
+	code := []byte{0x03,
+		0x04, 0x00, 0x41, abi.Version, 0x0b, // version
+		0x04, 0x00, 0x41, 0x00, 0x0b, // call: return 0
+		0x07, 0x00, 0x03, 0x40, 0x0c, 0x00, 0x0b, 0x0b, // _initialize: loop { br 0 }
+	}
+	m = append(m, 0x0a, byte(len(code)))
+	return append(m, code...)
+}
+
+// TestInitBudget: _initialize is not a handler call; it runs under the
+// longer of InitBudget and Budget, so a short handler budget does not fail
+// a slow start on a busy machine, and a guest that never finishes its init
+// is still stopped and rejected.
+func TestInitBudget(t *testing.T) {
+	cfg := vm.DefaultConfig()
+	cfg.Budget, cfg.InitBudget = 50*time.Millisecond, time.Second
+	e, err := vm.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(context.Background())
+	start := time.Now()
+	_, err = e.Compile(context.Background(), loopingInitModule())
+	took := time.Since(start)
+	if !errors.Is(err, vm.ErrInitBudget) || !errors.Is(err, vm.ErrInvalidModule) {
+		t.Fatalf("looping _initialize: %v, want the budget error", err)
+	}
+	if took < time.Second {
+		t.Fatalf("looping _initialize stopped after %v: the 50ms call budget applied, not the 1s init budget", took)
+	}
+	t.Logf("looping _initialize stopped after %v: %v", took, err)
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -19,7 +20,10 @@ import (
 // process; the caller waits for it with waitHealthy.
 func startClusterNode(t *testing.T, bin, data, addr string, route string, peers []string) *server {
 	t.Helper()
-	extra := []string{"--nats-cluster", route, "--lease-ttl", "6s", "--heartbeat", "500ms"}
+	// A cluster name of its own: a stray route from another test's cluster
+	// is refused instead of merging.
+	name := fmt.Sprintf("%s-%d", strings.ReplaceAll(t.Name(), "/", "-"), os.Getpid())
+	extra := []string{"--nats-cluster", route, "--nats-cluster-name", name, "--lease-ttl", "6s", "--heartbeat", "500ms"}
 	for _, p := range peers {
 		extra = append(extra, "--nats-routes", "nats://"+p)
 	}

@@ -55,6 +55,7 @@ func nodeFlags() []cli.Flag {
 		&cli.StringFlag{Name: "nats-url", EnvVars: []string{"HOST_NATS_URL"}, Usage: "use an existing NATS cluster at `URL` instead of the embedded server"},
 		&cli.StringFlag{Name: "nats-listen", EnvVars: []string{"HOST_NATS_LISTEN"}, Usage: "embedded NATS client `HOST:PORT` (default: in process, no port)"},
 		&cli.StringFlag{Name: "nats-cluster", EnvVars: []string{"HOST_NATS_CLUSTER"}, Usage: "embedded NATS route `HOST:PORT` of this node, to cluster with peers"},
+		&cli.StringFlag{Name: "nats-cluster-name", Value: "host", EnvVars: []string{"HOST_NATS_CLUSTER_NAME"}, Usage: "embedded NATS cluster `NAME`; every peer uses the same, and routes from another name are refused"},
 		&cli.StringSliceFlag{Name: "nats-routes", EnvVars: []string{"HOST_NATS_ROUTES"}, Usage: "peers' route `URLS`, nats://HOST:PORT, comma separated"},
 		&cli.DurationFlag{Name: "budget", Value: d.VM.Budget, EnvVars: []string{"HOST_BUDGET"}, Usage: "wall-clock budget of one handler call"},
 		&cli.UintFlag{Name: "memory-pages", Value: uint(d.VM.MemoryLimitPages), EnvVars: []string{"HOST_MEMORY_PAGES"}, Usage: "most 64 KiB memory pages one instance may use"},
@@ -76,7 +77,7 @@ func nodeConfig(c *cli.Context, stderr io.Writer) (host.Config, error) {
 	cfg.Listen = c.String("listen")
 	cfg.NATS = host.NATSConfig{
 		URL: c.String("nats-url"), Listen: c.String("nats-listen"),
-		Cluster: c.String("nats-cluster"), Routes: c.StringSlice("nats-routes"),
+		Cluster: c.String("nats-cluster"), Routes: c.StringSlice("nats-routes"), ClusterName: c.String("nats-cluster-name"),
 	}
 	cfg.VM.Budget = c.Duration("budget")
 	cfg.VM.MemoryLimitPages = uint32(c.Uint("memory-pages"))
