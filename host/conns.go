@@ -242,13 +242,52 @@ func (c *conn) readLoop() {
 			c.reply(map[string]any{"type": "error", "error": "send JSON text frames: {\"type\":\"follow\",\"object\":\"PROGRAM/ID\",\"topic\":\"T\"}"})
 			continue
 		}
-		var req clientRequest
-		if err := json.Unmarshal(data, &req); err != nil {
-			c.reply(map[string]any{"type": "error", "error": "malformed request: " + err.Error()})
+		req, err := parseClientRequest(data)
+		if err != nil {
+			c.reply(map[string]any{"type": "error", "request": req.Type, "error": err.Error()})
 			continue
 		}
 		c.handle(&req)
 	}
+}
+
+// maxParams bounds what a client presents to a follow hook.
+const maxParams = 4 << 10
+
+// parseClientRequest decodes and checks one client frame: a JSON object
+// with a known type, and for follow and unfollow an optional PROGRAM/ID, a
+// topic, a filter and params within their limits. Any byte string gets an
+// answer, never a panic; the fuzz test holds it to that.
+func parseClientRequest(data []byte) (clientRequest, error) {
+	var req clientRequest
+	if err := json.Unmarshal(data, &req); err != nil {
+		return clientRequest{}, fmt.Errorf("malformed request (want a JSON object such as {\"type\":\"follow\",\"topic\":\"T\"}): %v", err)
+	}
+	switch req.Type {
+	case "follow", "unfollow":
+	case "ping":
+		return req, nil
+	default:
+		return req, fmt.Errorf("unknown request type %q: use follow, unfollow or ping", clip(req.Type))
+	}
+	if req.Object != "" {
+		if _, err := ParseObjectID(req.Object); err != nil {
+			return req, err
+		}
+	}
+	if len(req.Topic) > abi.MaxTopicLen {
+		return req, fmt.Errorf("%w: topic longer than %d bytes", ErrBadRequest, abi.MaxTopicLen)
+	}
+	if !utf8.ValidString(req.Topic) {
+		return req, fmt.Errorf("%w: topic is not valid UTF-8", ErrBadRequest)
+	}
+	if _, err := delivery.ParseFilter(req.Filter); err != nil {
+		return req, fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	if len(req.Params) > maxParams {
+		return req, fmt.Errorf("%w: params longer than %d bytes", ErrBadRequest, maxParams)
+	}
+	return req, nil
 }
 
 func (c *conn) handle(req *clientRequest) {
@@ -300,8 +339,6 @@ func (c *conn) handle(req *clientRequest) {
 		c.reply(map[string]any{"type": "unfollowed", "object": pub.String(), "topic": req.Topic, "existed": ok})
 	case "ping":
 		c.reply(map[string]any{"type": "pong"})
-	default:
-		errReply(fmt.Errorf("unknown request type %q: use follow, unfollow or ping", req.Type))
 	}
 }
 

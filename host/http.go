@@ -50,9 +50,12 @@ func statusOf(err error) int {
 	var re *vm.RefusedError
 	var mbe *http.MaxBytesError
 	var rerr *remoteError
+	var le *LimitError
 	switch {
 	case errors.As(err, &rerr) && rerr.status >= 400:
 		return rerr.status
+	case errors.As(err, &le):
+		return le.Status
 	case errors.Is(err, ErrBadRequest), errors.Is(err, vm.ErrBadRequest):
 		return http.StatusBadRequest
 	case errors.Is(err, ErrUnknownProgram), errors.Is(err, ErrUnknownObject),

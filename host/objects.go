@@ -294,7 +294,9 @@ func (o *object) handle(ctx context.Context, run func(h *objectHost) error) erro
 	if o.inst.Broken() {
 		o.dropInstance()
 	}
-	if err == nil {
+	if h.err != nil {
+		// A platform failure or a limit the guest ran into is the cause,
+		// whatever the guest made of it.
 		err = h.err
 	}
 	if err != nil {
@@ -340,6 +342,8 @@ type objectHost struct {
 	o   *object
 	tx  *delivery.Tx
 	err error // a failure the guest cannot see (storage), fails the call
+
+	published, publishedBytes int64
 }
 
 var _ vm.Host = (*objectHost)(nil)
@@ -369,7 +373,18 @@ func (h *objectHost) Scan(_ context.Context, prefix []byte, limit int) ([]abi.Pa
 	return p, h.fail(err)
 }
 
+// Publish appends an event in the call's transaction. Past the per-call
+// caps the whole call fails and rolls back, whatever the guest does with
+// the error: a publish storm commits nothing.
 func (h *objectHost) Publish(_ context.Context, topic string, payload []byte) error {
+	h.published++
+	h.publishedBytes += int64(len(payload))
+	if h.published > MaxPublishesPerCall {
+		return h.fail(countLimit("events published by one call", MaxPublishesPerCall, h.published, "events"))
+	}
+	if h.publishedBytes > MaxPublishBytesPerCall {
+		return h.fail(sizeLimit("bytes published by one call", MaxPublishBytesPerCall, h.publishedBytes))
+	}
 	_, err := h.tx.Append(topic, payload, time.Now())
 	return h.fail(err)
 }
