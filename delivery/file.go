@@ -9,9 +9,11 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
-	_ "modernc.org/sqlite" // registers the "sqlite" driver
+	"modernc.org/sqlite" // registers the "sqlite" driver
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/durable-host/host/abi"
 )
@@ -336,4 +338,42 @@ func ReadRange(ctx context.Context, path string, r Range, topic, filter string) 
 		}
 	}
 	return out, nil
+}
+
+// Limit caps the file at max bytes (0 lifts the cap): a write that needs a
+// page past it fails, IsFull reports that error, and the transaction rolls
+// back with nothing lost. A cap below the current size freezes growth:
+// updates in place and deletes still work.
+func (f *File) Limit(limit int64) error {
+	pages := int64(0xfffffffe) // SQLite's own maximum
+	if limit > 0 {
+		var size int64
+		if err := f.conn.QueryRowContext(bg, `PRAGMA page_size`).Scan(&size); err != nil {
+			return err
+		}
+		pages = max(limit/size, 1)
+	}
+	// max_page_count never goes below the current page count: asking for
+	// less pins the file at its current size.
+	_, err := f.conn.ExecContext(bg, `PRAGMA max_page_count = `+strconv.FormatInt(pages, 10))
+	return err
+}
+
+// Size is the database's size in bytes (pages in use, WAL included).
+func (f *File) Size() (int64, error) {
+	var pages, size int64
+	if err := f.conn.QueryRowContext(bg, `PRAGMA page_count`).Scan(&pages); err != nil {
+		return 0, err
+	}
+	if err := f.conn.QueryRowContext(bg, `PRAGMA page_size`).Scan(&size); err != nil {
+		return 0, err
+	}
+	return pages * size, nil
+}
+
+// IsFull reports whether err is SQLite's "database or disk is full": the
+// file reached its Limit (or the disk is full).
+func IsFull(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_FULL
 }

@@ -82,6 +82,20 @@ func (c *Client) Call(ctx context.Context, object, method string, payload []byte
 	return out, err
 }
 
+// Do sends method to path with body and returns the reply's body; an
+// error reply is an *APIError.
+func (c *Client) Do(ctx context.Context, method, path string, body io.Reader) ([]byte, error) {
+	var b []byte
+	if body != nil {
+		var err error
+		if b, err = io.ReadAll(body); err != nil {
+			return nil, err
+		}
+	}
+	out, _, err := c.do(ctx, method, path, b)
+	return out, err
+}
+
 // Get fetches a JSON document from path into v.
 func (c *Client) Get(ctx context.Context, path string, v any) error {
 	out, _, err := c.do(ctx, http.MethodGet, path, nil)

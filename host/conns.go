@@ -105,6 +105,7 @@ func (cs *conns) closeAll() {
 type conn struct {
 	id       string
 	n        *Node
+	who      principal
 	attached ObjectID // the object whose program shapes events, if it can
 	useEvent bool
 	ws       *websocket.Conn
@@ -157,21 +158,30 @@ func (c *conn) reply(v any) {
 	}
 }
 
-func (n *Node) handleConnect(w http.ResponseWriter, r *http.Request) {
-	id := ObjectID{r.PathValue("program"), r.PathValue("id")}
-	if err := id.Validate(); err != nil {
-		n.fail(w, err)
+func (n *Node) handleConnect(w http.ResponseWriter, r *http.Request, p principal) {
+	id, err := p.object(r.PathValue("program"), r.PathValue("id"))
+	if err != nil {
+		n.failAs(w, p, err)
 		return
 	}
 	pr, err := n.programs.latest(r.Context(), id.Program)
 	if err != nil {
-		n.fail(w, err)
+		n.failAs(w, p, err)
 		return
 	}
 	m, err := n.programs.module(r.Context(), pr.Digest, nil)
 	if err != nil {
-		n.fail(w, err)
+		n.failAs(w, p, err)
 		return
+	}
+	tu := n.usage.of(p.tenant)
+	if tu != nil {
+		if c := tu.conns.Add(1); c > int64(tu.lim.Connections) {
+			tu.conns.Add(-1)
+			n.failAs(w, p, countLimit("connections", int64(tu.lim.Connections), c, "open connections on this node"))
+			return
+		}
+		defer tu.conns.Add(-1)
 	}
 	ws, err := websocket.Accept(w, r, nil)
 	if err != nil {
@@ -182,6 +192,7 @@ func (n *Node) handleConnect(w http.ResponseWriter, r *http.Request) {
 	c := &conn{
 		id:       n.id + "." + strconv.FormatUint(n.conns.seq.Add(1), 10),
 		n:        n,
+		who:      p,
 		attached: id,
 		useEvent: m.Has(abi.HandlerEvent),
 		ws:       ws,
@@ -199,7 +210,7 @@ func (n *Node) handleConnect(w http.ResponseWriter, r *http.Request) {
 	n.metrics.conns.Inc()
 	defer n.conns.wg.Done()
 	defer n.metrics.conns.Dec()
-	c.reply(map[string]any{"type": "hello", "connection": c.id, "node": n.id, "object": id.String()})
+	c.reply(map[string]any{"type": "hello", "connection": c.id, "node": n.id, "object": p.showObject(id)})
 	go c.writeLoop()
 	c.readLoop()
 	c.close()
@@ -297,7 +308,7 @@ func (c *conn) handle(req *clientRequest) {
 	pub := c.attached
 	if req.Object != "" {
 		var err error
-		if pub, err = ParseObjectID(req.Object); err != nil {
+		if pub, err = c.who.followTarget(req.Object); err != nil {
 			errReply(err)
 			return
 		}
@@ -307,12 +318,12 @@ func (c *conn) handle(req *clientRequest) {
 		c.behind.Store(false)
 		e, err := c.n.Follow(c.ctx, pub, abi.FollowRequest{
 			Topic: req.Topic, Filter: req.Filter, Kind: abi.FollowerConnection,
-			Follower: c.id, Params: []byte(req.Params),
+			Follower: c.id, Tenant: c.who.tenant, Params: []byte(req.Params),
 		})
 		if err != nil {
 			var re *vm.RefusedError
 			if errors.As(err, &re) {
-				err = fmt.Errorf("follow refused by %s: %s", pub, re.Reason)
+				err = fmt.Errorf("follow refused by %s: %s", c.who.showObject(pub), re.Reason)
 			}
 			errReply(err)
 			return
@@ -326,7 +337,7 @@ func (c *conn) handle(req *clientRequest) {
 		if c.n.dcfg.FanOut == delivery.FanOutSubject {
 			c.n.topics.follow(pub, req.Topic, c)
 		}
-		c.reply(map[string]any{"type": "followed", "object": pub.String(), "topic": req.Topic, "edge": e.ID, "cursor": e.Cursor})
+		c.reply(map[string]any{"type": "followed", "object": c.who.showObject(pub), "topic": req.Topic, "edge": e.ID, "cursor": e.Cursor})
 	case "unfollow":
 		ok, err := c.n.Unfollow(c.ctx, pub, abi.FollowerConnection, c.id, req.Topic)
 		if err != nil {
@@ -336,7 +347,7 @@ func (c *conn) handle(req *clientRequest) {
 		c.mu.Lock()
 		delete(c.follows[pub], req.Topic)
 		c.mu.Unlock()
-		c.reply(map[string]any{"type": "unfollowed", "object": pub.String(), "topic": req.Topic, "existed": ok})
+		c.reply(map[string]any{"type": "unfollowed", "object": c.who.showObject(pub), "topic": req.Topic, "existed": ok})
 	case "ping":
 		c.reply(map[string]any{"type": "pong"})
 	}

@@ -281,6 +281,11 @@ func (n *Node) followLocal(ctx context.Context, publisherID ObjectID, req abi.Fo
 	defer o.unlock()
 	var e delivery.Edge
 	err = o.handle(ctx, func(h *objectHost) error {
+		// Across tenants only a follow hook can admit: a program without
+		// one keeps its events to its own tenant.
+		if req.Tenant != tenantOf(publisherID.Program) && !o.module.Has(abi.HandlerFollow) {
+			return &vm.RefusedError{Reason: "its program has no follow hook, so only its own tenant may follow it"}
+		}
 		n.metrics.followHooks.Inc()
 		if err := o.inst.Follow(h, &req); err != nil {
 			return err

@@ -1,12 +1,15 @@
 package host
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/durable-host/host/vm"
 )
@@ -15,15 +18,23 @@ import (
 func (n *Node) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", n.handleHealth)
-	mux.HandleFunc("GET /v1/cluster", n.handleCluster)
-	mux.Handle("GET /metrics", n.metrics.handler())
-	mux.HandleFunc("PUT /v1/programs/{name}", n.handleUpload)
-	mux.HandleFunc("GET /v1/programs", n.handleListPrograms)
-	mux.HandleFunc("GET /v1/programs/{name}", n.handleGetProgram)
-	mux.HandleFunc("POST /v1/objects/{program}/{id}/{method}", n.handleCall)
-	mux.HandleFunc("GET /v1/objects/{program}/{id}/connect", n.handleConnect)
-	mux.HandleFunc("GET /v1/objects/{program}/{id}/edges", n.handleEdges)
-	mux.HandleFunc("DELETE /v1/objects/{program}/{id}/edges/{edge}", n.handleDeleteEdge)
+	mux.HandleFunc("GET /v1/cluster", n.authed(n.handleCluster))
+	metrics := n.metrics.handler()
+	mux.HandleFunc("GET /metrics", n.operatorOnly(func(w http.ResponseWriter, r *http.Request, _ principal) { metrics.ServeHTTP(w, r) }))
+	mux.HandleFunc("GET /v1/whoami", n.authed(n.handleWhoami))
+	mux.HandleFunc("POST /v1/tenants", n.operatorOnly(n.handleCreateTenant))
+	mux.HandleFunc("GET /v1/tenants", n.operatorOnly(n.handleListTenants))
+	mux.HandleFunc("GET /v1/tenants/{name}", n.operatorOnly(n.handleGetTenant))
+	mux.HandleFunc("POST /v1/tenants/{name}/rotate", n.operatorOnly(n.handleRotateTenant))
+	mux.HandleFunc("POST /v1/tenants/{name}/revoke", n.operatorOnly(n.handleRevokeTenant))
+	mux.HandleFunc("PUT /v1/tenants/{name}/limits", n.operatorOnly(n.handleTenantLimits))
+	mux.HandleFunc("PUT /v1/programs/{name}", n.authed(n.handleUpload))
+	mux.HandleFunc("GET /v1/programs", n.authed(n.handleListPrograms))
+	mux.HandleFunc("GET /v1/programs/{name}", n.authed(n.handleGetProgram))
+	mux.HandleFunc("POST /v1/objects/{program}/{id}/{method}", n.authed(n.handleCall))
+	mux.HandleFunc("GET /v1/objects/{program}/{id}/connect", n.authed(n.handleConnect))
+	mux.HandleFunc("GET /v1/objects/{program}/{id}/edges", n.authed(n.handleEdges))
+	mux.HandleFunc("DELETE /v1/objects/{program}/{id}/edges/{edge}", n.authed(n.handleDeleteEdge))
 	if n.cfg.Demo {
 		mux.HandleFunc("GET /{$}", n.handleDemo)
 	}
@@ -58,6 +69,14 @@ func statusOf(err error) int {
 		return le.Status
 	case errors.Is(err, ErrBadRequest), errors.Is(err, vm.ErrBadRequest):
 		return http.StatusBadRequest
+	case errors.Is(err, ErrUnauthorized):
+		return http.StatusUnauthorized
+	case errors.Is(err, ErrForbidden):
+		return http.StatusForbidden
+	case errors.Is(err, ErrConflict):
+		return http.StatusConflict
+	case errors.Is(err, ErrNotFound):
+		return http.StatusNotFound
 	case errors.Is(err, ErrUnknownProgram), errors.Is(err, ErrUnknownObject),
 		errors.Is(err, vm.ErrMethodNotFound), errors.Is(err, vm.ErrNoHandler):
 		return http.StatusNotFound
@@ -80,7 +99,67 @@ func statusOf(err error) int {
 }
 
 func (n *Node) fail(w http.ResponseWriter, err error) {
-	writeJSON(w, statusOf(err), map[string]string{"error": n.apiMessage(err)})
+	st := statusOf(err)
+	if st == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="host"`)
+	}
+	writeJSON(w, st, map[string]string{"error": n.apiMessage(err)})
+}
+
+// failAs is fail for a principal: its own names appear as it wrote them,
+// without its tenant's prefix.
+func (n *Node) failAs(w http.ResponseWriter, p principal, err error) {
+	if p.tenant == "" {
+		n.fail(w, err)
+		return
+	}
+	st := statusOf(err)
+	msg := n.apiMessage(err)
+	msg = strings.NewReplacer(`"`+p.tenant+".", `"`, " "+p.tenant+".", " ").Replace(msg)
+	writeJSON(w, st, map[string]string{"error": msg})
+}
+
+// bearer is the request's token: the Authorization header, or for a
+// WebSocket from a browser (which cannot set headers) ?access_token=.
+func bearer(r *http.Request) string {
+	if h := r.Header.Get("Authorization"); h != "" {
+		tok, ok := strings.CutPrefix(h, "Bearer ")
+		if !ok {
+			return h
+		}
+		return strings.TrimSpace(tok)
+	}
+	return r.URL.Query().Get("access_token")
+}
+
+type authedHandler func(w http.ResponseWriter, r *http.Request, p principal)
+
+// authed runs h for the request's principal: the local one without
+// tenancy, else the token's, or fails with 401.
+func (n *Node) authed(h authedHandler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if n.tenants == nil {
+			h(w, r, local)
+			return
+		}
+		p, err := n.tenants.authenticate(r.Context(), bearer(r))
+		if err != nil {
+			n.fail(w, err)
+			return
+		}
+		h(w, r, p)
+	}
+}
+
+// operatorOnly is authed for the operator's token; tenants get 403.
+func (n *Node) operatorOnly(h authedHandler) http.HandlerFunc {
+	return n.authed(func(w http.ResponseWriter, r *http.Request, p principal) {
+		if !p.operator {
+			n.fail(w, fmt.Errorf("%w: this needs the operator token (DATA/admin.token)", ErrForbidden))
+			return
+		}
+		h(w, r, p)
+	})
 }
 
 // apiMessage is the message a client sees for err, here or forwarded.
@@ -109,70 +188,109 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int) ([]byte, error)
 	return b, err
 }
 
-func (n *Node) handleUpload(w http.ResponseWriter, r *http.Request) {
+func (n *Node) handleUpload(w http.ResponseWriter, r *http.Request, p principal) {
 	name := r.PathValue("name")
-	if err := ValidateProgramName(name); err != nil {
-		n.fail(w, err)
+	qname, err := p.program(name)
+	if err != nil {
+		n.failAs(w, p, err)
 		return
 	}
-	wasm, err := readBody(w, r, n.cfg.VM.MaxModuleSize)
+	tu := n.usage.of(p.tenant)
+	limit := int64(n.cfg.VM.MaxModuleSize)
+	if tu != nil && tu.lim.ModuleBytes < limit {
+		limit = tu.lim.ModuleBytes
+		if r.ContentLength > limit {
+			n.failAs(w, p, sizeLimit("module size", limit, r.ContentLength))
+			return
+		}
+	}
+	wasm, err := readBody(w, r, int(limit))
 	if err != nil {
-		n.fail(w, err)
+		if tu != nil && errors.Is(err, ErrTooLarge) {
+			err = sizeLimit("module size", limit, limit+1)
+		}
+		n.failAs(w, p, err)
 		return
 	}
 	if len(wasm) == 0 {
-		n.fail(w, fmt.Errorf("%w: empty body; send the module: curl -T app.wasm .../v1/programs/%s", ErrBadRequest, name))
+		n.failAs(w, p, fmt.Errorf("%w: empty body; send the module: curl -T app.wasm .../v1/programs/%s", ErrBadRequest, name))
 		return
 	}
-	pr, created, err := n.Upload(r.Context(), name, wasm)
+	if tu != nil {
+		if err := n.checkProgramCount(r.Context(), tu, qname); err != nil {
+			n.failAs(w, p, err)
+			return
+		}
+	}
+	pr, created, err := n.Upload(r.Context(), qname, wasm)
 	if err != nil {
-		n.fail(w, err)
+		n.failAs(w, p, err)
 		return
 	}
 	st := http.StatusCreated
 	if !created {
 		st = http.StatusOK
 	}
+	pr.Name = p.show(pr.Name)
 	writeJSON(w, st, pr)
 }
 
-func (n *Node) handleListPrograms(w http.ResponseWriter, r *http.Request) {
-	ps, err := n.Programs(r.Context(), "")
+// checkProgramCount refuses a new program name past the tenant's limit.
+func (n *Node) checkProgramCount(ctx context.Context, tu *tenantUse, qname string) error {
+	names, err := n.programs.names(ctx, func(k string) bool { return tenantOf(k) == tu.name })
 	if err != nil {
-		n.fail(w, err)
+		return err
+	}
+	if slices.Contains(names, qname) || len(names) < tu.lim.Programs {
+		return nil
+	}
+	return countLimit("programs", int64(tu.lim.Programs), int64(len(names)+1), "programs")
+}
+
+func (n *Node) handleListPrograms(w http.ResponseWriter, r *http.Request, p principal) {
+	ps, err := n.programs.listIn(r.Context(), "", func(k string) bool { return p.operator || tenantOf(k) == p.tenant })
+	if err != nil {
+		n.failAs(w, p, err)
 		return
+	}
+	for i := range ps {
+		ps[i].Name = p.show(ps[i].Name)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"programs": ps})
 }
 
-func (n *Node) handleGetProgram(w http.ResponseWriter, r *http.Request) {
+func (n *Node) handleGetProgram(w http.ResponseWriter, r *http.Request, p principal) {
 	name := r.PathValue("name")
-	if err := ValidateProgramName(name); err != nil {
-		n.fail(w, err)
+	qname, err := p.program(name)
+	if err != nil {
+		n.failAs(w, p, err)
 		return
 	}
-	ps, err := n.Programs(r.Context(), name)
+	ps, err := n.Programs(r.Context(), qname)
 	if err != nil {
-		n.fail(w, err)
+		n.failAs(w, p, err)
 		return
+	}
+	for i := range ps {
+		ps[i].Name = p.show(ps[i].Name)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"name": name, "versions": ps})
 }
 
-func (n *Node) handleCall(w http.ResponseWriter, r *http.Request) {
-	id := ObjectID{r.PathValue("program"), r.PathValue("id")}
-	if err := id.Validate(); err != nil {
-		n.fail(w, err)
+func (n *Node) handleCall(w http.ResponseWriter, r *http.Request, p principal) {
+	id, err := p.object(r.PathValue("program"), r.PathValue("id"))
+	if err != nil {
+		n.failAs(w, p, err)
 		return
 	}
 	payload, err := readBody(w, r, n.cfg.MaxPayload)
 	if err != nil {
-		n.fail(w, err)
+		n.failAs(w, p, err)
 		return
 	}
 	reply, err := n.Call(r.Context(), id, r.PathValue("method"), payload)
 	if err != nil {
-		n.fail(w, err)
+		n.failAs(w, p, err)
 		return
 	}
 	if json.Valid(reply) && len(reply) > 0 {
@@ -183,31 +301,39 @@ func (n *Node) handleCall(w http.ResponseWriter, r *http.Request) {
 	w.Write(reply)
 }
 
-func (n *Node) handleEdges(w http.ResponseWriter, r *http.Request) {
-	id := ObjectID{r.PathValue("program"), r.PathValue("id")}
-	edges, err := n.Edges(r.Context(), id)
+func (n *Node) handleEdges(w http.ResponseWriter, r *http.Request, p principal) {
+	id, err := p.object(r.PathValue("program"), r.PathValue("id"))
 	if err != nil {
-		n.fail(w, err)
+		n.failAs(w, p, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"object": id.String(), "edges": edges})
+	edges, err := n.Edges(r.Context(), id)
+	if err != nil {
+		n.failAs(w, p, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": p.showObject(id), "edges": edges})
 }
 
-func (n *Node) handleDeleteEdge(w http.ResponseWriter, r *http.Request) {
-	id := ObjectID{r.PathValue("program"), r.PathValue("id")}
+func (n *Node) handleDeleteEdge(w http.ResponseWriter, r *http.Request, p principal) {
+	id, err := p.object(r.PathValue("program"), r.PathValue("id"))
+	if err != nil {
+		n.failAs(w, p, err)
+		return
+	}
 	edge, err := strconv.ParseInt(r.PathValue("edge"), 10, 64)
 	if err != nil {
-		n.fail(w, fmt.Errorf("%w: edge must be a number", ErrBadRequest))
+		n.failAs(w, p, fmt.Errorf("%w: edge must be a number", ErrBadRequest))
 		return
 	}
 	ok, err := n.RemoveEdge(r.Context(), id, edge)
 	if err != nil {
-		n.fail(w, err)
+		n.failAs(w, p, err)
 		return
 	}
 	if !ok {
-		n.fail(w, fmt.Errorf("%w: %s has no edge %d", ErrUnknownObject, id, edge))
+		n.failAs(w, p, fmt.Errorf("%w: %s has no edge %d", ErrUnknownObject, p.showObject(id), edge))
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"object": id.String(), "removed": edge})
+	writeJSON(w, http.StatusOK, map[string]any{"object": p.showObject(id), "removed": edge})
 }

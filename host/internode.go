@@ -394,6 +394,6 @@ func (n *Node) materializeRemote(ctx context.Context, pub ObjectID, d *delivery.
 	return delivery.DecodeEvents(reply.Data, d.Publisher)
 }
 
-func (n *Node) handleCluster(w http.ResponseWriter, r *http.Request) {
+func (n *Node) handleCluster(w http.ResponseWriter, r *http.Request, _ principal) {
 	writeJSON(w, http.StatusOK, map[string]any{"self": n.id, "nodes": n.cluster.liveNodes()})
 }

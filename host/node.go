@@ -58,6 +58,13 @@ type Config struct {
 	// KVReplicas is the replication of the cluster's JetStream buckets when
 	// using an external NATS (--nats-url); the embedded cluster derives it.
 	KVReplicas int
+	// Auth turns tenancy on: every request needs a token, programs and
+	// objects are namespaced by tenant, and tenant limits apply. The first
+	// start writes the operator token to DATA/admin.token.
+	Auth bool
+	// TenantLimits are the limits of a tenant whose record does not set its
+	// own.
+	TenantLimits Limits
 	// Logger is the node's logger.
 	Logger *slog.Logger
 }
@@ -85,6 +92,7 @@ func DefaultConfig() Config {
 		LeaseTTL:         DefaultLeaseTTL,
 		Heartbeat:        DefaultHeartbeat,
 		KVReplicas:       1,
+		TenantLimits:     DefaultTenantLimits(),
 		Logger:           slog.Default(),
 	}
 }
@@ -113,6 +121,9 @@ func (c Config) Validate() error {
 	if err := c.VM.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := c.TenantLimits.validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if err := c.Delivery.Validate(); err != nil {
 		errs = append(errs, err)
 	}
@@ -127,6 +138,8 @@ var (
 	ErrShuttingDown   = errors.New("node is shutting down")
 	ErrTooLarge       = errors.New("too large")
 	ErrUnavailable    = errors.New("unavailable")
+	ErrNotFound       = errors.New("not found")
+	ErrConflict       = errors.New("conflict")
 )
 
 // Node is one `host serve` process.
@@ -138,6 +151,8 @@ type Node struct {
 	db       *sql.DB
 	engine   *vm.Engine
 	programs *programs
+	tenants  *tenants // nil without Auth
+	usage    *usage
 	objects  *objects
 	nats     *natsConn
 	cluster  *cluster
@@ -188,6 +203,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	n.metrics = newMetrics()
 	n.metrics.log = n.log
 	n.objects = newObjects(n)
+	n.usage = &usage{n: n, m: map[string]*tenantUse{}}
 	n.conns = newConns()
 	n.metrics.connectionCounters(n.conns)
 	n.topics.nodes = n
@@ -223,6 +239,21 @@ func (n *Node) open(ctx context.Context) error {
 	}
 	if n.programs, err = openPrograms(ctx, n.log, cfg.DataDir, n.cluster.js, n.cluster.replicas, n.engine); err != nil {
 		return fmt.Errorf("programs: %w", err)
+	}
+	if cfg.Auth {
+		if n.tenants, err = openTenants(ctx, n.log, n.cluster.js, n.cluster.replicas); err != nil {
+			return err
+		}
+		path, created, err := n.tenants.ensureOperator(ctx, cfg.DataDir)
+		if err != nil {
+			return err
+		}
+		if created {
+			n.log.Info("tenancy is on: wrote the operator token; create tenants with `host tenant create NAME --token \"$(cat "+path+")\"`", slog.String("path", path))
+		} else {
+			n.log.Info("tenancy is on", slog.String("operator_token", path))
+		}
+		n.usage.scan()
 	}
 	n.pump = delivery.NewPump(cfg.Delivery, remoteTransport{n}, clusterMembership{n}, n.metrics, n.log)
 	return n.subscribe()
@@ -263,6 +294,26 @@ func (n *Node) Start() error {
 		defer n.wg.Done()
 		n.programs.watch(n.bgContext)
 	}()
+	if n.tenants != nil {
+		n.wg.Add(2)
+		go func() {
+			defer n.wg.Done()
+			n.tenants.watch(n.bgContext)
+		}()
+		go func() {
+			defer n.wg.Done()
+			t := time.NewTicker(usageScanEvery)
+			defer t.Stop()
+			for {
+				select {
+				case <-n.bgContext.Done():
+					return
+				case <-t.C:
+					n.usage.scan()
+				}
+			}
+		}()
+	}
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()

@@ -37,7 +37,7 @@ func ParseObjectID(s string) (ObjectID, error) {
 
 // Validate checks both parts.
 func (o ObjectID) Validate() error {
-	if err := ValidateProgramName(o.Program); err != nil {
+	if err := ValidateQualifiedProgram(o.Program); err != nil {
 		return err
 	}
 	return ValidateObjectID(o.ID)
@@ -60,6 +60,10 @@ type object struct {
 	closed  bool
 	calls   int64
 	lastErr error
+	// capped is the byte cap set on the file (0: none); frozen when the
+	// tenant is over its storage and the file may not grow.
+	capped int64
+	frozen bool
 
 	pump pumpState
 
@@ -239,13 +243,62 @@ func (o *object) readyFile(ctx context.Context) error {
 		return errDeactivated
 	}
 	if o.file == nil {
-		f, err := delivery.OpenFile(ctx, o.node.objectPath(o.id), o.node.cfg.Sync)
+		path := o.node.objectPath(o.id)
+		tu := o.node.usage.of(tenantOf(o.id.Program))
+		created := false
+		if tu != nil {
+			if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+				if c := tu.objects.Add(1); c > int64(tu.lim.Objects) {
+					tu.objects.Add(-1)
+					return countLimit("objects", int64(tu.lim.Objects), c, "objects on this node")
+				}
+				created = true
+			}
+		}
+		f, err := delivery.OpenFile(ctx, path, o.node.cfg.Sync)
 		if err != nil {
+			if created {
+				tu.objects.Add(-1)
+			}
 			return err
 		}
-		o.file = f
+		o.file, o.capped, o.frozen = f, 0, false
 	}
 	return nil
+}
+
+// capStorage keeps the file within the tenant's limits before a handler
+// runs: capped at ObjectBytes, and frozen at its size while the tenant is
+// over TenantBytes on this node. Called locked.
+func (o *object) capStorage(tu *tenantUse) error {
+	if tu == nil {
+		return nil
+	}
+	frozen := tu.bytes.Load() >= tu.lim.TenantBytes
+	if o.capped == tu.lim.ObjectBytes && o.frozen == frozen {
+		return nil
+	}
+	limit := tu.lim.ObjectBytes
+	if frozen {
+		limit = 1 // max_page_count never goes below the pages in use
+	}
+	if err := o.file.Limit(limit); err != nil {
+		return err
+	}
+	o.capped, o.frozen = tu.lim.ObjectBytes, frozen
+	return nil
+}
+
+// storageFull names the limit a full object file ran into.
+func (o *object) storageFull(tu *tenantUse) error {
+	if tu == nil {
+		return fmt.Errorf("%w: object storage: the disk is full", ErrUnavailable)
+	}
+	size, _ := o.file.Size()
+	if o.frozen {
+		return sizeLimit("tenant storage", tu.lim.TenantBytes, tu.bytes.Load()+1)
+	}
+	return sizeLimit("object storage", tu.lim.ObjectBytes, size+1)
 }
 
 // ready opens the file and makes the instance if needed. Called locked.
@@ -266,7 +319,11 @@ func (o *object) ready(ctx context.Context) error {
 		o.prog, o.module = pr, m
 	}
 	if o.inst == nil {
-		inst, err := n.engine.Instantiate(ctx, o.module)
+		var pages uint32
+		if tu := n.usage.of(tenantOf(o.id.Program)); tu != nil {
+			pages = tu.lim.MemoryPages
+		}
+		inst, err := n.engine.InstantiateLimited(ctx, o.module, pages)
 		if err != nil {
 			return err
 		}
@@ -282,7 +339,17 @@ var errDeactivated = errors.New("object was deactivated")
 // then the transaction commits (kicking the pump if it published) or rolls
 // back with the error. Called locked.
 func (o *object) handle(ctx context.Context, run func(h *objectHost) error) error {
+	tu := o.node.usage.of(tenantOf(o.id.Program))
+	// One of the tenant's handler slots: a tenant's runaway objects wait
+	// for each other, not for the node.
+	if err := tu.acquire(ctx); err != nil {
+		return err
+	}
+	defer tu.release()
 	if err := o.ready(ctx); err != nil {
+		return err
+	}
+	if err := o.capStorage(tu); err != nil {
 		return err
 	}
 	tx, err := o.file.Begin()
@@ -299,11 +366,20 @@ func (o *object) handle(ctx context.Context, run func(h *objectHost) error) erro
 		// whatever the guest made of it.
 		err = h.err
 	}
+	if err == nil {
+		err = tu.publish(tx.Published())
+	}
 	if err != nil {
 		tx.Rollback()
+		if delivery.IsFull(err) {
+			return o.storageFull(tu)
+		}
 		return err
 	}
 	if err := tx.Commit(); err != nil {
+		if delivery.IsFull(err) {
+			return o.storageFull(tu)
+		}
 		return err
 	}
 	if tx.Published() > 0 && o.file.MayHaveEdges() {
@@ -394,20 +470,23 @@ func (h *objectHost) Publish(_ context.Context, topic string, payload []byte) er
 // publisher's lock). The edge is committed by the publisher even if this
 // handler later fails: the follower then receives events it did not expect,
 // which at-least-once delivery allows.
+// A plain PROGRAM/ID is in this object's tenant; TENANT.PROGRAM/ID names
+// another tenant's object, whose follow hook decides.
 func (h *objectHost) Follow(ctx context.Context, req abi.FollowRequest) error {
-	pub, err := ParseObjectID(req.Publisher)
+	who := principal{tenant: tenantOf(h.o.id.Program)}
+	pub, err := who.followTarget(req.Publisher)
 	if err != nil {
 		return fmt.Errorf("%w: %v", vm.ErrBadRequest, err)
 	}
 	req.Kind = abi.FollowerObject
 	req.Follower = h.o.id.String()
-	req.Tenant = ""
+	req.Tenant = who.tenant
 	_, err = h.o.node.Follow(ctx, pub, req)
 	return guestFollowErr(err)
 }
 
 func (h *objectHost) Unfollow(ctx context.Context, req abi.FollowRequest) error {
-	pub, err := ParseObjectID(req.Publisher)
+	pub, err := principal{tenant: tenantOf(h.o.id.Program)}.followTarget(req.Publisher)
 	if err != nil {
 		return fmt.Errorf("%w: %v", vm.ErrBadRequest, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,6 +28,19 @@ var (
 func ValidateProgramName(name string) error {
 	if !programName.MatchString(name) {
 		return fmt.Errorf("%w: program name %q must be 1-63 of a-z 0-9 _ - and start with a letter or digit", ErrBadRequest, clip(name))
+	}
+	return nil
+}
+
+// ValidateQualifiedProgram reports whether name is a program name with an
+// optional tenant prefix: PROGRAM or TENANT.PROGRAM.
+func ValidateQualifiedProgram(name string) error {
+	t, p, ok := strings.Cut(name, ".")
+	if !ok {
+		return ValidateProgramName(name)
+	}
+	if ValidateTenantName(t) != nil || ValidateProgramName(p) != nil {
+		return fmt.Errorf("%w: program name %q must be PROGRAM or TENANT.PROGRAM", ErrBadRequest, clip(name))
 	}
 	return nil
 }
@@ -160,7 +174,7 @@ func (p *programs) versions(ctx context.Context, name string) ([]Program, uint64
 // upload validates wasm and stores it as the next version of name. The same
 // bytes as the latest version are not a new version.
 func (p *programs) upload(ctx context.Context, name string, wasm []byte) (Program, bool, error) {
-	if err := ValidateProgramName(name); err != nil {
+	if err := ValidateQualifiedProgram(name); err != nil {
 		return Program{}, false, err
 	}
 	m, err := p.module(ctx, vm.Digest(wasm), wasm)
@@ -285,6 +299,30 @@ func (p *programs) latestFresh(ctx context.Context, name string) (Program, error
 // list returns the latest version of every program, or every version of
 // name when name is not empty.
 func (p *programs) list(ctx context.Context, name string) ([]Program, error) {
+	return p.listIn(ctx, name, nil)
+}
+
+// names returns every program name keep accepts.
+func (p *programs) names(ctx context.Context, keep func(string) bool) ([]string, error) {
+	keys, err := p.kv.Keys(ctx)
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: program registry: %v", ErrUnavailable, err)
+	}
+	out := keys[:0]
+	for _, k := range keys {
+		if keep == nil || keep(k) {
+			out = append(out, k)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// listIn is list restricted to the names keep accepts.
+func (p *programs) listIn(ctx context.Context, name string, keep func(string) bool) ([]Program, error) {
 	if name != "" {
 		vs, _, err := p.versions(ctx, name)
 		if err != nil {
@@ -295,14 +333,10 @@ func (p *programs) list(ctx context.Context, name string) ([]Program, error) {
 		}
 		return vs, nil
 	}
-	keys, err := p.kv.Keys(ctx)
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return []Program{}, nil
-	}
+	keys, err := p.names(ctx, keep)
 	if err != nil {
 		return nil, err
 	}
-	sort.Strings(keys)
 	out := []Program{}
 	for _, k := range keys {
 		vs, _, err := p.versions(ctx, k)

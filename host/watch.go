@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -31,6 +32,9 @@ func (c *Client) Watch(ctx context.Context, object string, opt WatchOptions, onF
 		return err
 	}
 	via := pub
+	if opt.Via == "" && strings.Contains(pub.Program, ".") {
+		return fmt.Errorf("%w: %s is another tenant's object: attach the connection to one of yours with --via PROGRAM/ID", ErrBadRequest, object)
+	}
 	if opt.Via != "" {
 		if via, err = ParseObjectID(opt.Via); err != nil {
 			return err
@@ -49,7 +53,17 @@ func (c *Client) Watch(ctx context.Context, object string, opt WatchOptions, onF
 	ws, resp, err := websocket.Dial(ctx, u.String(), &websocket.DialOptions{HTTPHeader: h, HTTPClient: c.HTTP})
 	if err != nil {
 		if resp != nil && resp.StatusCode >= 400 {
-			return &APIError{Status: resp.StatusCode, Message: "connect refused: " + resp.Status}
+			msg := resp.Status
+			if resp.Body != nil {
+				var e struct {
+					Error string `json:"error"`
+				}
+				b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+				if json.Unmarshal(b, &e) == nil && e.Error != "" {
+					msg = e.Error
+				}
+			}
+			return &APIError{Status: resp.StatusCode, Message: "connect refused: " + msg}
 		}
 		return fmt.Errorf("connect to %s: %w", u.Redacted(), err)
 	}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
 	"github.com/durable-host/host/abi"
@@ -89,6 +90,8 @@ func (c Config) Validate() error {
 var (
 	// ErrBudget: the handler ran past its budget and was stopped.
 	ErrBudget = errors.New("handler ran past its budget")
+	// ErrMemoryLimit: an instance would start above its memory limit.
+	ErrMemoryLimit = errors.New("memory limit")
 	// ErrInitBudget: a fresh instance's _initialize ran past InitBudget.
 	ErrInitBudget = errors.New("_initialize ran past its budget")
 	// ErrMethodNotFound: the program has no such method.
@@ -364,10 +367,27 @@ type instKey struct{}
 
 // Instantiate makes a fresh instance of m and runs its _initialize.
 func (e *Engine) Instantiate(ctx context.Context, m *Module) (*Instance, error) {
+	return e.InstantiateLimited(ctx, m, 0)
+}
+
+// InstantiateLimited is Instantiate with a memory limit of pages 64 KiB
+// pages for this instance, below the engine's MemoryLimitPages (0 or more
+// means the engine's): a tenant's limit. Past it memory.grow fails, which
+// a guest sees as out of memory.
+func (e *Engine) InstantiateLimited(ctx context.Context, m *Module, pages uint32) (*Instance, error) {
+	base := context.Background()
+	if pages > 0 && pages < e.cfg.MemoryLimitPages {
+		for _, mem := range m.compiled.ExportedMemories() {
+			if mem.Min() > pages {
+				return nil, fmt.Errorf("%w: the module starts with %d memory pages, the limit is %d", ErrMemoryLimit, mem.Min(), pages)
+			}
+		}
+		base = experimental.WithMemoryAllocator(base, cappedAllocator(uint64(pages)*65536))
+	}
 	inst := &Instance{e: e, out: &tail{max: 4096}}
 	// The instance's context lives as long as the instance; the watchdog
 	// cancels it when a call overruns, which closes the module.
-	ictx, cancel := context.WithCancel(context.WithValue(context.Background(), instKey{}, inst))
+	ictx, cancel := context.WithCancel(context.WithValue(base, instKey{}, inst))
 	inst.ctx, inst.cancel = ictx, cancel
 	e.mu.Lock()
 	e.live[inst] = struct{}{}
@@ -409,3 +429,34 @@ func (e *Engine) Instantiate(ctx context.Context, m *Module) (*Instance, error) 
 	}
 	return inst, nil
 }
+
+// cappedAllocator backs linear memories that cannot grow past limit bytes.
+func cappedAllocator(limit uint64) experimental.MemoryAllocator {
+	return experimental.MemoryAllocatorFunc(func(capacity, max uint64) experimental.LinearMemory {
+		return &cappedMemory{limit: min(max, limit)}
+	})
+}
+
+// cappedMemory is a linear memory with a byte limit: Reallocate past it
+// returns nil, so memory.grow fails (returns -1) in the guest.
+type cappedMemory struct {
+	buf   []byte
+	limit uint64
+}
+
+func (m *cappedMemory) Reallocate(size uint64) []byte {
+	if size > m.limit && m.buf != nil {
+		return nil
+	}
+	if size <= uint64(cap(m.buf)) {
+		m.buf = m.buf[:size]
+		return m.buf
+	}
+	// Grow with room, as append would, but never past the limit.
+	nb := make([]byte, size, max(size, min(2*uint64(cap(m.buf)), m.limit)))
+	copy(nb, m.buf)
+	m.buf = nb
+	return nb
+}
+
+func (m *cappedMemory) Free() { m.buf = nil }

@@ -67,6 +67,8 @@ func nodeFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "heartbeat", Value: d.Heartbeat, EnvVars: []string{"HOST_HEARTBEAT"}, Usage: "how often a node renews its lease"},
 		&cli.IntFlag{Name: "kv-replicas", Value: d.KVReplicas, EnvVars: []string{"HOST_KV_REPLICAS"}, Usage: "replicas of the cluster's JetStream buckets with --nats-url (the embedded cluster picks 3 from 3 nodes up)"},
 		&cli.StringFlag{Name: "fanout", Value: string(d.Delivery.FanOut), EnvVars: []string{"HOST_FANOUT"}, Usage: "how connection events cross nodes: node (one call per node; the product), or the benchmark baselines socket (one send per watcher) and subject (NATS subject per topic)"},
+		&cli.BoolFlag{Name: "auth", EnvVars: []string{"HOST_AUTH"}, Usage: "tenancy: every request needs a token; the first start writes the operator token to DATA/admin.token (see host tenant --help)"},
+		&cli.StringFlag{Name: "tenant-limits", EnvVars: []string{"HOST_TENANT_LIMITS"}, Usage: "default tenant limits as `JSON` over the built-in ones, e.g. '{\"programs\":20,\"publish_rate\":500}' (see host tenant --help)"},
 		&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"HOST_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
 	}
 }
@@ -89,6 +91,16 @@ func nodeConfig(c *cli.Context, stderr io.Writer) (host.Config, error) {
 	cfg.Heartbeat = c.Duration("heartbeat")
 	cfg.KVReplicas = c.Int("kv-replicas")
 	cfg.Delivery.FanOut = delivery.FanOut(c.String("fanout"))
+	cfg.Auth = c.Bool("auth")
+	if js := c.String("tenant-limits"); js != "" {
+		var over host.Limits
+		dec := json.NewDecoder(strings.NewReader(js))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&over); err != nil {
+			return cfg, fmt.Errorf("--tenant-limits: %w", err)
+		}
+		cfg.TenantLimits = over.Over(cfg.TenantLimits)
+	}
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(c.String("log-level"))); err != nil {
 		return cfg, fmt.Errorf("--log-level: %w", err)
@@ -331,6 +343,8 @@ Example: host watch chat/room1 --topic messages`,
 				},
 			},
 			benchCommand(stdout, stderr),
+			tenantCommand(stdout),
+			whoamiCommand(stdout),
 			{
 				Name:      "programs",
 				Usage:     "list programs (the latest version of each), or every version of one",
@@ -459,10 +473,23 @@ func permute(app *cli.App, args []string) []string {
 	if len(args) < 2 {
 		return args
 	}
+	// Find the command, descending into subcommands (host tenant create).
 	var cmd *cli.Command
-	for _, c := range app.Commands {
-		if c.Name == args[1] {
-			cmd = c
+	cmds, at := app.Commands, 1
+	for at < len(args) {
+		var next *cli.Command
+		for _, c := range cmds {
+			if c.Name == args[at] {
+				next = c
+			}
+		}
+		if next == nil {
+			break
+		}
+		cmd, cmds = next, next.Subcommands
+		at++
+		if len(cmds) == 0 {
+			break
 		}
 	}
 	if cmd == nil {
@@ -476,7 +503,7 @@ func permute(app *cli.App, args []string) []string {
 		}
 	}
 	var flags, pos []string
-	rest := args[2:]
+	rest := args[at:]
 	for i := 0; i < len(rest); i++ {
 		a := rest[i]
 		if a == "--" {
@@ -494,7 +521,7 @@ func permute(app *cli.App, args []string) []string {
 		}
 		pos = append(pos, a)
 	}
-	out := append([]string{args[0], args[1]}, flags...)
+	out := append(append([]string{}, args[:at]...), flags...)
 	if len(pos) > 0 {
 		out = append(out, "--")
 		out = append(out, pos...)

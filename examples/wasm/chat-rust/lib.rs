@@ -8,6 +8,8 @@
 //!     (default 50).
 //!   - set_key {"key": "..."}: protects the room; from then on a follower
 //!     must present the key (as its follow params) to be admitted.
+//!   - share {"tenant": "..."}: on a node with tenancy, lets that tenant's
+//!     connections and objects follow the room; other tenants are refused.
 //!
 //! Replies, events, stored state and errors match the Go program byte for
 //! byte.
@@ -37,6 +39,21 @@ static SET_KEY: Struct = Struct {
     go_type: r#"struct { Key string "json:\"key\"" }"#,
     fields: &[("key", Type::String)],
 };
+
+static SHARE: Struct = Struct {
+    name: "",
+    go_type: r#"struct { Tenant string "json:\"tenant\"" }"#,
+    fields: &[("tenant", Type::String)],
+};
+
+/// The tenant of "TENANT.PROGRAM/ID", "" without one.
+fn tenant_of(self_id: &str) -> &str {
+    let program = self_id.split('/').next().unwrap_or("");
+    match program.find('.') {
+        Some(i) => &program[..i],
+        None => "",
+    }
+}
 
 struct Message {
     author: String,
@@ -103,7 +120,21 @@ fn register(p: &mut Program) {
         host_sdk::put("key", a.str("key"))?;
         Ok(json::bool(true))
     });
+    p.json_method("share", &SHARE, |a| {
+        let t = a.str("tenant");
+        if t.is_empty() {
+            return Err(Error::new("share needs a tenant"));
+        }
+        host_sdk::put(format!("share/{}", t), &[1u8])?;
+        Ok(json::bool(true))
+    });
     p.on_follow(|r| {
+        // With tenancy, self is TENANT.chat/ID: followers of another tenant
+        // need the room shared with theirs.
+        let me = host_sdk::self_id();
+        if r.tenant != tenant_of(&me) && host_sdk::get(format!("share/{}", r.tenant)).is_none() {
+            return Err(Error::refuse(format!("this room is not shared with tenant {}", r.tenant)));
+        }
         let key = match host_sdk::get("key") {
             Some(k) if !k.is_empty() => k,
             _ => return Ok(()),

@@ -8,6 +8,8 @@
 //   - history {"limit": N}: the most recent messages, oldest first (default 50).
 //   - set_key {"key": "..."}: protects the room; from then on a follower must
 //     present the key (as its follow params) to be admitted.
+//   - share {"tenant": "..."}: on a node with tenancy, lets that tenant's
+//     connections and objects follow the room; other tenants are refused.
 package main
 
 import (
@@ -74,7 +76,23 @@ func init() {
 		sdk.Put("key", []byte(in.Key))
 		return true, nil
 	})
+	sdk.JSONMethod("share", func(in struct {
+		Tenant string `json:"tenant"`
+	}) (bool, error) {
+		if in.Tenant == "" {
+			return false, errors.New("share needs a tenant")
+		}
+		sdk.Put("share/"+in.Tenant, []byte{1})
+		return true, nil
+	})
 	sdk.OnFollow(func(r sdk.FollowRequest) error {
+		// With tenancy, self is TENANT.chat/ID: followers of another tenant
+		// need the room shared with theirs.
+		if own := tenantOf(sdk.Self()); r.Tenant != own {
+			if _, ok := sdk.Get("share/" + r.Tenant); !ok {
+				return sdk.Refuse("this room is not shared with tenant " + r.Tenant)
+			}
+		}
 		key, ok := sdk.Get("key")
 		if !ok || len(key) == 0 {
 			return nil
@@ -84,6 +102,16 @@ func init() {
 		}
 		return nil
 	})
+}
+
+// tenantOf is the tenant of "TENANT.PROGRAM/ID", "" without one.
+func tenantOf(self string) string {
+	for i := 0; i < len(self) && self[i] != '/'; i++ {
+		if self[i] == '.' {
+			return self[:i]
+		}
+	}
+	return ""
 }
 
 func main() {}
