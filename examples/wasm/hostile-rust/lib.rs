@@ -55,6 +55,37 @@ fn register(p: &mut Program) {
     // recurse overflows the (64 KiB) stack: the stack sits first in memory,
     // so overflowing it is an out-of-bounds access, a trap.
     p.method("recurse", |_| Ok(vec![recurse(1 << 20, 0) as u8]));
+    // publish_storm publishes 1 MiB payloads aiming at 1 GiB, ignoring
+    // errors: the host's per-call caps must end it and commit nothing.
+    p.method("publish_storm", |_| {
+        host_sdk::put("touched", "yes")?;
+        let buf = vec![b'x'; 1 << 20];
+        let mut sent = 0u32;
+        for _ in 0..1024 {
+            if host_sdk::publish("storm", &buf).is_ok() {
+                sent += 1;
+            }
+        }
+        Ok(sent.to_string().into_bytes())
+    });
+    // alloc leaks 1 MiB per call into a global, so calls on one instance
+    // creep up to the page limit; it writes and publishes first, and
+    // replies with the MiB held.
+    p.method("alloc", |_| {
+        let calls = host_sdk::get_int("allocs") + 1;
+        host_sdk::put_int("allocs", calls)?;
+        host_sdk::publish("alloc", calls.to_string())?;
+        let held = LEAK.with(|l| {
+            let mut v = vec![0u8; 1 << 20];
+            for i in (0..v.len()).step_by(4096) {
+                v[i] = 1;
+            }
+            let mut l = l.borrow_mut();
+            l.push(v);
+            l.len()
+        });
+        Ok(format!("{{\"held_mib\":{},\"calls\":{}}}", held, calls).into_bytes())
+    });
     p.method("fail", |_| host_sdk::fail("failed on purpose"));
     p.method("get", |_| Ok(host_sdk::get("touched").unwrap_or_default()));
     p.method("self", |_| Ok(host_sdk::self_id().into_bytes()));
@@ -105,6 +136,12 @@ fn register(p: &mut Program) {
         out.extend_from_slice(&e.payload);
         Ok(out)
     });
+}
+
+thread_local! {
+    // What alloc keeps across calls: it only grows until the instance is
+    // replaced.
+    static LEAK: std::cell::RefCell<Vec<Vec<u8>>> = std::cell::RefCell::new(Vec::new());
 }
 
 #[inline(never)]

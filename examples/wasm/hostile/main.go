@@ -8,7 +8,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"os"
 	"strings"
+	"syscall"
 	"unsafe"
 
 	sdk "github.com/durable-host/host/sdk/go"
@@ -21,6 +24,29 @@ func rawStateGet(kp uint32, kn int32) int32
 func rawPublish(tp uint32, tn int32, pp uint32, pn int32) int32
 
 var sink [][]byte
+
+// leak is what alloc keeps across calls: it only grows until the instance
+// is replaced.
+var leak [][]byte
+
+// recurse never returns: each frame keeps a buffer it reads after the
+// inner call, so the compiler cannot turn it into a loop.
+//
+//go:noinline
+func recurse(n int) int {
+	var buf [256]byte
+	buf[n%256] = byte(n)
+	return recurse(n+1) + int(buf[(n*7)%256])
+}
+
+// attempt runs f and reports what happened to it, for the sandbox probes.
+func attempt(out map[string]string, what string, f func() error) {
+	if err := f(); err != nil {
+		out[what] = "error: " + err.Error()
+		return
+	}
+	out[what] = "succeeded"
+}
 
 func init() {
 	sdk.Method("ok", func(p []byte) ([]byte, error) { return []byte("ok"), nil })
@@ -141,6 +167,115 @@ func init() {
 			return nil, sdk.ErrSkip
 		}
 		return append([]byte("EVENT:"), e.Payload...), nil
+	})
+	// recurse recurses without bound: the goroutine stack grows until the
+	// page limit (or Go's stack limit) stops it.
+	sdk.Method("recurse", func([]byte) ([]byte, error) {
+		sdk.Put("touched", []byte("yes"))
+		return sdk.Itoa(int64(recurse(0))), nil
+	})
+	// publish_storm publishes size-byte payloads (1 MiB by default) on
+	// topic "storm" until total bytes (1 GiB by default) went out, ignoring
+	// errors: the host's per-call caps must end it. Payload:
+	// {"size": N, "total": M}.
+	sdk.Method("publish_storm", func(p []byte) ([]byte, error) {
+		in := struct{ Size, Total int }{1 << 20, 1 << 30}
+		json.Unmarshal(p, &in)
+		sdk.Put("touched", []byte("yes"))
+		buf := make([]byte, max(in.Size, 1))
+		for i := range buf {
+			buf[i] = 'x'
+		}
+		var sent, failed int64
+		for done := 0; done < in.Total; done += len(buf) {
+			if sdk.Publish("storm", buf) != nil {
+				failed++
+			} else {
+				sent++
+			}
+		}
+		return json.Marshal(map[string]int64{"sent": sent, "failed": failed})
+	})
+	// alloc leaks: each call writes and publishes, then keeps a fresh
+	// 1 MiB buffer in a global, so calls on one instance creep up to the
+	// page limit. It replies with the MiB held and the calls committed.
+	sdk.Method("alloc", func([]byte) ([]byte, error) {
+		calls := sdk.GetInt("allocs") + 1
+		sdk.PutInt("allocs", calls)
+		if err := sdk.Publish("alloc", sdk.Itoa(calls)); err != nil {
+			return nil, err
+		}
+		b := make([]byte, 1<<20)
+		for i := 0; i < len(b); i += 4096 {
+			b[i] = 1
+		}
+		leak = append(leak, b)
+		return json.Marshal(map[string]int64{"held_mib": int64(len(leak)), "calls": calls})
+	})
+	// wasi_fs tries the filesystem through WASI and reports each attempt;
+	// the payload, when not empty, is one more path to write. The host
+	// grants no directory, so every attempt must fail. It also reports the
+	// environment and arguments it was given.
+	sdk.Method("wasi_fs", func(p []byte) ([]byte, error) {
+		out := map[string]string{}
+		attempt(out, "open /etc/passwd", func() error {
+			f, err := os.Open("/etc/passwd")
+			if err == nil {
+				f.Close()
+			}
+			return err
+		})
+		attempt(out, "read /etc/passwd", func() error { _, err := os.ReadFile("/etc/passwd"); return err })
+		attempt(out, "readdir /", func() error { _, err := os.ReadDir("/"); return err })
+		attempt(out, "readdir .", func() error { _, err := os.ReadDir("."); return err })
+		attempt(out, "write /tmp/x", func() error { return os.WriteFile("/tmp/x", []byte("hostile"), 0o644) })
+		attempt(out, "mkdir /tmp/hostile", func() error { return os.Mkdir("/tmp/hostile", 0o755) })
+		if len(p) > 0 {
+			attempt(out, "write "+string(p), func() error { return os.WriteFile(string(p), []byte("hostile"), 0o644) })
+		}
+		out["env"] = strings.Join(os.Environ(), " ")
+		out["args"] = strings.Join(os.Args, " ")
+		return json.Marshal(out)
+	})
+	// wasi_net tries the network: a TCP dial, a UDP datagram, a listener
+	// and a raw socket. Go's net on wasip1 is an in-process fake unless the
+	// host preopens sockets, which it does not: nothing may reach the
+	// host's network. Payload: {"tcp": "HOST:PORT", "udp": "HOST:PORT"}.
+	sdk.Method("wasi_net", func(p []byte) ([]byte, error) {
+		in := struct{ TCP, UDP string }{"127.0.0.1:80", "127.0.0.1:53"}
+		json.Unmarshal(p, &in)
+		out := map[string]string{}
+		attempt(out, "dial tcp", func() error {
+			c, err := net.Dial("tcp", in.TCP)
+			if err == nil {
+				c.Close()
+			}
+			return err
+		})
+		attempt(out, "send udp", func() error {
+			c, err := net.Dial("udp", in.UDP)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			_, err = c.Write([]byte("hostile"))
+			return err
+		})
+		attempt(out, "listen tcp", func() error {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err == nil {
+				l.Close()
+			}
+			return err
+		})
+		attempt(out, "socket", func() error {
+			fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+			if err == nil {
+				syscall.Close(fd)
+			}
+			return err
+		})
+		return json.Marshal(out)
 	})
 	sdk.Method("get", func([]byte) ([]byte, error) {
 		v, _ := sdk.Get("touched")
