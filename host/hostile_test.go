@@ -966,9 +966,9 @@ func TestHeapReturnsToBaselineAfterHostileObjects(t *testing.T) {
 
 // TestDecoderBombModulesLeaveTheNodeUp: a module of a few bytes whose
 // length prefixes claim billions of entries must be refused with 400 and
-// leave the node running; a module whose table needs 1 GiB per instance
-// must be refused too (the page limit bounds memories, nothing bounds
-// tables). Each runs against a node in a child process, so a crash shows
+// leave the node running; a module whose table needs 1 GiB per instance,
+// or grows an unbounded table with table.grow, must be refused too (the
+// page limit bounds memories, nothing in wazero bounds tables). Each runs against a node in a child process, so a crash shows
 // as this test failing instead of taking the suite down.
 func TestDecoderBombModulesLeaveTheNodeUp(t *testing.T) {
 	t.Parallel()
@@ -986,6 +986,10 @@ func TestDecoderBombModulesLeaveTheNodeUp(t *testing.T) {
 		// A valid program but for a table of 2^27 funcrefs: 1 GiB each
 		// time it is instantiated.
 		{"table size", hsModule{table: hsVec([]byte{0x70, 0x00, 0x80, 0x80, 0x80, 0x40})}.bytes()},
+		// A one-entry table with no maximum that its start function grows
+		// by 2^31-1 entries: 16 GiB at instantiation.
+		{"table.grow", hsModule{table: hsVec([]byte{0x70, 0x00, 0x01}),
+			start: []byte{0xd0, 0x70, 0x41, 0xff, 0xff, 0xff, 0xff, 0x07, 0xfc, 0x0f, 0x00, 0x1a}}.bytes()},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -443,4 +443,3 @@ func TestTenantLimits(t *testing.T) {
 		t.Logf("busy tenant's loops ended after %v and %v; the calm tenant made %d calls meanwhile", took[0], took[1], calls)
 	})
 }
-

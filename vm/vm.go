@@ -266,6 +266,9 @@ func (e *Engine) Compile(ctx context.Context, wasm []byte) (*Module, error) {
 	if len(wasm) < 8 || string(wasm[:4]) != "\x00asm" {
 		return nil, fmt.Errorf("%w: not a WebAssembly module (no \\0asm header)", ErrInvalidModule)
 	}
+	if err := checkBounds(wasm); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidModule, err)
+	}
 	cm, err := e.rt.CompileModule(ctx, wasm)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidModule, err)
