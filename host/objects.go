@@ -248,6 +248,10 @@ func (o *object) readyFile(ctx context.Context) error {
 		created := false
 		if tu != nil {
 			if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+				// A new file is new bytes: none while the tenant is over.
+				if b := tu.bytes.Load(); b >= tu.lim.TenantBytes {
+					return sizeLimit("tenant storage", tu.lim.TenantBytes, b+1)
+				}
 				if c := tu.objects.Add(1); c > int64(tu.lim.Objects) {
 					tu.objects.Add(-1)
 					return countLimit("objects", int64(tu.lim.Objects), c, "objects on this node")

@@ -347,22 +347,35 @@ func TestTenantLimits(t *testing.T) {
 		}
 		r := as(t, n, tok, http.MethodPost, "/v1/objects/chat/r/history", []byte(`{"limit":1000}`))
 		if got := bytes.Count(r.body, []byte(text)); got != posted {
-			t.Fatalf("history has %d messages after %d committed posts", got, posted)
+			t.Fatalf("history has %d messages after %d committed posts: HTTP %d %.300s", got, posted, r.status, r.body)
 		}
 		wantStatus(t, as(t, n, tok, http.MethodPost, "/v1/objects/chat/other/post", []byte(`{"author":"a","text":"small"}`)), http.StatusOK, "another object")
 	})
 	t.Run("tenant_bytes", func(t *testing.T) {
 		tok := mkTenant(t, n, op, "tb", `{"tenant_bytes":150000}`)
 		wantStatus(t, tenantUpload(t, n, tok, "chat", "chat-rust"), http.StatusCreated, "upload")
+		// The usage is recounted every few seconds, and here after each
+		// post: posts succeed until the tenant's files pass the limit, then
+		// every write is refused and everything committed stays.
 		text := strings.Repeat("y", 4000)
-		for i := range 50 {
-			wantStatus(t, as(t, n, tok, http.MethodPost, "/v1/objects/chat/r/post", []byte(`{"author":"a","text":"`+text+`"}`)), http.StatusOK, fmt.Sprint("post ", i))
+		posted := 0
+		var last response
+		for range 200 {
+			last = as(t, n, tok, http.MethodPost, "/v1/objects/chat/r/post", []byte(`{"author":"a","text":"`+text+`"}`))
+			if last.status != http.StatusOK {
+				break
+			}
+			posted++
+			n.ScanUsage()
 		}
-		n.ScanUsage()
-		wantError(t, as(t, n, tok, http.MethodPost, "/v1/objects/chat/r/post", []byte(`{"author":"a","text":"`+text+`"}`)), http.StatusRequestEntityTooLarge, "tenant storage limit")
+		wantError(t, last, http.StatusRequestEntityTooLarge, "tenant storage limit", "150000")
+		if posted == 0 {
+			t.Fatal("not one post fit in the tenant's 150,000 bytes")
+		}
+		wantError(t, as(t, n, tok, http.MethodPost, "/v1/objects/chat/other/post", []byte(`{"author":"a","text":"small"}`)), http.StatusRequestEntityTooLarge, "tenant storage limit")
 		r := as(t, n, tok, http.MethodPost, "/v1/objects/chat/r/history", []byte(`{"limit":1000}`))
-		if got := bytes.Count(r.body, []byte(text)); got != 50 {
-			t.Fatalf("history has %d messages, want the 50 committed", got)
+		if got := bytes.Count(r.body, []byte(text)); got != posted {
+			t.Fatalf("history has %d messages, want the %d committed: HTTP %d %.300s", got, posted, r.status, r.body)
 		}
 	})
 	t.Run("objects", func(t *testing.T) {
