@@ -1,5 +1,5 @@
 # make test      the whole suite (what CI runs, after installing packages)
-# make fuzz      every fuzz target in the tree for FUZZTIME (10s) each
+# make fuzz      every fuzz target in the tree for FUZZTIME (5s) each
 # make examples  build every example program into examples/wasm/out/
 # make build     the host binary into bin/host
 
@@ -13,7 +13,7 @@ test:
 # FUZZTIME is how long each fuzz target runs; FUZZ_TARGETS is every
 # func FuzzX in a test file, as DIR:FuzzX, so a new target runs without
 # being listed here.
-FUZZTIME ?= 10s
+FUZZTIME ?= 5s
 FUZZ_TARGETS = $(shell grep -r --include='*_test.go' -o '^func Fuzz[A-Za-z0-9_]*' . | sed -E 's|^\./(.*)/[^/]*:func (.*)|\1:\2|' | sort)
 
 fuzz:

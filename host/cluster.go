@@ -43,12 +43,14 @@ type nodeInfo struct {
 // heartbeats) and the object directory (which node is each object's home,
 // claimed with compare-and-set).
 type cluster struct {
-	n     *Node
-	js    jetstream.JetStream
-	nodes jetstream.KeyValue
-	dir   jetstream.KeyValue
-	ttl   time.Duration
-	beat  time.Duration
+	n  *Node
+	js jetstream.JetStream
+	// running is set once start has launched run; fixed after New.
+	running bool
+	nodes   jetstream.KeyValue
+	dir     jetstream.KeyValue
+	ttl     time.Duration
+	beat    time.Duration
 	// replicas is the replication of the cluster's buckets.
 	replicas int
 
@@ -79,8 +81,13 @@ func retryJS(ctx context.Context, log *slog.Logger, what string, f func(context.
 	start := time.Now()
 	deadline := start.Add(60 * time.Second)
 	lastLog := start
+	// Until the cluster has a meta leader its API does not answer at all,
+	// so a short first timeout finds it ready sooner; a busy but working
+	// cluster gets more time on each attempt.
+	timeout := time.Second
 	for {
-		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		cctx, cancel := context.WithTimeout(ctx, timeout)
+		timeout = min(2*timeout, 10*time.Second)
 		err := f(cctx)
 		cancel()
 		if err == nil {
@@ -128,7 +135,13 @@ func newCluster(ctx context.Context, n *Node) (*cluster, error) {
 		replicas = n.cfg.KVReplicas
 	}
 	c.replicas = replicas
-	err = retryJS(ctx, n.log, "node leases and object directory", func(ctx context.Context) error {
+	return c, nil
+}
+
+// openBuckets creates (or finds) the node leases and the object directory.
+func (c *cluster) openBuckets(ctx context.Context) error {
+	js, replicas := c.js, c.replicas
+	err := retryJS(ctx, c.n.log, "node leases and object directory", func(ctx context.Context) error {
 		var err error
 		c.nodes, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 			Bucket: nodesBucket, TTL: c.ttl, LimitMarkerTTL: c.ttl, Replicas: replicas, Storage: jetstream.MemoryStorage,
@@ -144,17 +157,23 @@ func newCluster(ctx context.Context, n *Node) (*cluster, error) {
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("cluster storage (JetStream KV): %w", err)
+		return fmt.Errorf("cluster storage (JetStream KV): %w", err)
 	}
+	return nil
+}
+
+// start joins the cluster under this node's fresh id and keeps its lease.
+func (c *cluster) start(ctx context.Context) error {
 	if err := c.loadPrevious(ctx); err != nil {
-		return nil, err
+		return err
 	}
 	if err := c.join(ctx); err != nil {
-		return nil, err
+		return err
 	}
 	// Renew from now on: the lease must not lapse while the node starts.
+	c.running = true
 	go c.run()
-	return c, nil
+	return nil
 }
 
 // loadPrevious reads the ids this data directory ran under before: objects
@@ -477,6 +496,9 @@ func (c *cluster) leaseValid() bool {
 }
 
 func (c *cluster) close() {
+	if !c.running {
+		return
+	}
 	select {
 	case <-c.stop:
 	default:

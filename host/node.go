@@ -237,13 +237,29 @@ func (n *Node) open(ctx context.Context) error {
 	if n.cluster, err = newCluster(ctx, n); err != nil {
 		return err
 	}
-	if n.programs, err = openPrograms(ctx, n.log, cfg.DataDir, n.cluster.js, n.cluster.replicas, n.engine); err != nil {
-		return fmt.Errorf("programs: %w", err)
+	// Every bucket at once: in a new cluster each replicated stream elects
+	// its own leader, and one after the other those elections were most of
+	// the start time.
+	var wg sync.WaitGroup
+	var clusterErr, programsErr, tenantsErr error
+	wg.Go(func() { clusterErr = n.cluster.openBuckets(ctx) })
+	wg.Go(func() {
+		n.programs, programsErr = openPrograms(ctx, n.log, cfg.DataDir, n.cluster.js, n.cluster.replicas, n.engine)
+		if programsErr != nil {
+			programsErr = fmt.Errorf("programs: %w", programsErr)
+		}
+	})
+	if cfg.Auth {
+		wg.Go(func() { n.tenants, tenantsErr = openTenants(ctx, n.log, n.cluster.js, n.cluster.replicas) })
+	}
+	wg.Wait()
+	if err := errors.Join(clusterErr, programsErr, tenantsErr); err != nil {
+		return err
+	}
+	if err := n.cluster.start(ctx); err != nil {
+		return err
 	}
 	if cfg.Auth {
-		if n.tenants, err = openTenants(ctx, n.log, n.cluster.js, n.cluster.replicas); err != nil {
-			return err
-		}
 		path, created, err := n.tenants.ensureOperator(ctx, cfg.DataDir)
 		if err != nil {
 			return err
