@@ -34,6 +34,7 @@ func (n *Node) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/objects/{program}/{id}/{method}", n.authed(n.handleCall))
 	mux.HandleFunc("GET /v1/objects/{program}/{id}/connect", n.authed(n.handleConnect))
 	mux.HandleFunc("GET /v1/objects/{program}/{id}/edges", n.authed(n.handleEdges))
+	mux.HandleFunc("GET /v1/objects/{program}/{id}/stream", n.authed(n.handleStream))
 	mux.HandleFunc("DELETE /v1/objects/{program}/{id}/edges/{edge}", n.authed(n.handleDeleteEdge))
 	if n.cfg.Demo {
 		mux.HandleFunc("GET /{$}", n.handleDemo)

@@ -28,6 +28,7 @@ const (
 	opConns    = "conns"
 	opDeliver  = "deliver"
 	opRange    = "range"
+	opStream   = "stream"
 )
 
 func nodeSubject(node, op string) string { return "host.node." + node + "." + op }
@@ -61,7 +62,7 @@ func (n *Node) subscribe() error {
 	handlers := map[string]func(*nats.Msg) (*nats.Msg, error){
 		opCall: n.rpcCall, opFollow: n.rpcFollow, opUnfollow: n.rpcUnfollow,
 		opEdges: n.rpcEdges, opRmEdge: n.rpcRemoveEdge, opPrune: n.rpcPrune,
-		opConns: n.rpcConns, opDeliver: n.rpcDeliver, opRange: n.rpcRange,
+		opConns: n.rpcConns, opDeliver: n.rpcDeliver, opRange: n.rpcRange, opStream: n.rpcStream,
 	}
 	for op, h := range handlers {
 		h := h

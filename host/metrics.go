@@ -24,6 +24,7 @@ type metrics struct {
 	retries      prometheus.Counter
 	dropped      prometheus.Counter
 	received     prometheus.Counter
+	streamEvents prometheus.Counter
 	materialized prometheus.Counter
 	followHooks  prometheus.Counter
 	eventCalls   prometheus.Counter
@@ -61,6 +62,7 @@ func newMetrics() *metrics {
 	m.materialized = prometheus.NewCounter(prometheus.CounterOpts{Name: "host_ranges_materialized_total", Help: "Ranged deliveries read through the read path."})
 	m.followHooks = prometheus.NewCounter(prometheus.CounterOpts{Name: "host_follow_hooks_total", Help: "Follow hook runs (edge creations asked)."})
 	m.eventCalls = prometheus.NewCounter(prometheus.CounterOpts{Name: "host_event_handler_calls_total", Help: "Connection events shaped by a program's event export (VM runs)."})
+	m.streamEvents = prometheus.NewCounter(prometheus.CounterOpts{Name: "host_stream_events_total", Help: "Events sent to stream subscribers (each read from storage)."})
 	m.conns = prometheus.NewGauge(prometheus.GaugeOpts{Name: "host_connections", Help: "Open WebSocket connections."})
 	m.remoteCalls = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "host_internode_calls_total", Help: "Inter-node requests sent, by kind (conns = a connection batch, deliver = an object delivery, call, follow, range ...).",
@@ -70,7 +72,7 @@ func newMetrics() *metrics {
 	}, []string{"kind"})
 	m.reg.MustRegister(m.remoteCalls, m.remoteBytes)
 	m.reg.MustRegister(calls, m.callSecs, m.deliveries, m.deliveredEvs, m.pruned, m.retries, m.dropped,
-		m.received, m.materialized, m.followHooks, m.eventCalls, m.conns,
+		m.received, m.materialized, m.followHooks, m.eventCalls, m.conns, m.streamEvents,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

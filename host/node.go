@@ -47,6 +47,9 @@ type Config struct {
 	MaxPayload int
 	// Delivery configures the pump: inbox size, inline limit, retries.
 	Delivery delivery.Config
+	// Streams configures stream subscriptions: the idle threshold, read
+	// batch bounds, listener retry backoff.
+	Streams delivery.StreamConfig
 	// NATS configures the embedded server or an external cluster.
 	NATS NATSConfig
 	// Demo serves the chat demo page at / (host dev turns it on).
@@ -89,6 +92,7 @@ func DefaultConfig() Config {
 		IdleTimeout:      DefaultIdleTimeout,
 		MaxPayload:       DefaultMaxPayload,
 		Delivery:         delivery.DefaultConfig(),
+		Streams:          delivery.DefaultStreamConfig(),
 		LeaseTTL:         DefaultLeaseTTL,
 		Heartbeat:        DefaultHeartbeat,
 		KVReplicas:       1,
@@ -127,6 +131,9 @@ func (c Config) Validate() error {
 	if err := c.Delivery.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := c.Streams.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -156,6 +163,7 @@ type Node struct {
 	objects  *objects
 	nats     *natsConn
 	cluster  *cluster
+	streams  streams
 	metrics  *metrics
 	dcfg     delivery.Config
 	pump     *delivery.Pump
@@ -234,6 +242,9 @@ func (n *Node) open(ctx context.Context) error {
 	if n.nats, err = startNATS(cfg.NATS, filepath.Join(cfg.DataDir, "nats"), n.log); err != nil {
 		return fmt.Errorf("nats: %w", err)
 	}
+	// NATS restores listeners after a reconnect; hints sent meanwhile are
+	// lost, so each subscription pings to drain what it missed.
+	n.nats.nc.SetReconnectHandler(func(*nats.Conn) { n.streams.reconnected() })
 	if n.cluster, err = newCluster(ctx, n); err != nil {
 		return err
 	}

@@ -386,8 +386,11 @@ func (o *object) handle(ctx context.Context, run func(h *objectHost) error) erro
 		}
 		return err
 	}
-	if tx.Published() > 0 && o.file.MayHaveEdges() {
-		o.node.kick(o.id)
+	if tx.Published() > 0 {
+		o.node.hintCommitted(o.id)
+		if o.file.MayHaveEdges() {
+			o.node.kick(o.id)
+		}
 	}
 	return nil
 }

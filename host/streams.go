@@ -1,0 +1,297 @@
+package host
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/durable-host/host/abi"
+	"github.com/durable-host/host/delivery"
+)
+
+// Streams (seed 003): GET /v1/objects/{program}/{id}/stream?topic=&after=&filter=
+// answers with server-sent events, each read from the object's log. The
+// object's home publishes an empty NATS message on its hint subject after
+// every commit that appended events; subscriptions anywhere in the cluster
+// listen there and read the log (on the home, over NATS when it is
+// elsewhere) after their cursor.
+
+// hintPrefix is the subject prefix of the hints; the object's name is hex
+// encoded, since program names hold dots.
+const hintPrefix = "HOST_NOTIFICATIONS."
+
+// HintSubject is the NATS subject carrying obj's empty hints.
+func HintSubject(obj ObjectID) string {
+	return hintPrefix + hex.EncodeToString([]byte(obj.String())) + ".changed.v1"
+}
+
+// hintCommitted tells obj's subscriptions that its log grew. Called after
+// the commit, never before: a hint never announces what a reader cannot
+// see yet.
+func (n *Node) hintCommitted(obj ObjectID) {
+	_ = n.nats.nc.Publish(HintSubject(obj), nil)
+}
+
+// natsHints is the hint transport of one object over the node's NATS
+// connection.
+type natsHints struct {
+	nc      *nats.Conn
+	subject string
+}
+
+func (h natsHints) Listen(f func()) (func(), error) {
+	sub, err := h.nc.Subscribe(h.subject, func(*nats.Msg) { f() })
+	if err != nil {
+		return nil, err
+	}
+	if err := h.nc.FlushTimeout(5 * time.Second); err != nil {
+		sub.Unsubscribe()
+		return nil, err
+	}
+	return func() { sub.Unsubscribe() }, nil
+}
+
+func (h natsHints) Ping() error { return h.nc.Publish(h.subject, nil) }
+
+// streamQuery is a subscription's read, sent to the object's home when it
+// is on another node.
+type streamQuery struct {
+	Topic    string `json:"topic,omitempty"`
+	Filter   string `json:"filter,omitempty"`
+	After    uint64 `json:"after"`
+	Limit    int    `json:"limit"`
+	MaxBytes int    `json:"max_bytes"`
+	Latest   bool   `json:"latest,omitempty"`
+}
+
+// readLocal answers q from this node's copy of obj's file.
+func (n *Node) readLocal(ctx context.Context, obj ObjectID, q streamQuery) ([]abi.Event, error) {
+	f := delivery.MustFilter(q.Filter)
+	path := n.objectPath(obj)
+	if q.Latest {
+		e, ok, err := delivery.ReadLatest(ctx, path, q.Topic, f)
+		if err != nil || !ok {
+			return nil, err
+		}
+		return []abi.Event{e}, nil
+	}
+	return delivery.ReadAfter(ctx, path, q.Topic, f, q.After, q.Limit, q.MaxBytes)
+}
+
+// readStream answers q on obj's home.
+func (n *Node) readStream(ctx context.Context, obj ObjectID, q streamQuery) ([]abi.Event, error) {
+	var evs []abi.Event
+	err := n.onHome(ctx, obj, func() error {
+		var err error
+		evs, err = n.readLocal(ctx, obj, q)
+		return err
+	}, func(node string) error {
+		m := nats.NewMsg("")
+		objectHeader(m, obj)
+		m.Data, _ = json.Marshal(q)
+		reply, err := n.request(ctx, node, opStream, m, n.remoteTimeout())
+		if err != nil {
+			return err
+		}
+		evs, err = delivery.DecodeEvents(reply.Data, obj.String())
+		return err
+	})
+	for i := range evs {
+		evs[i].Publisher = obj.String()
+	}
+	return evs, err
+}
+
+func (n *Node) rpcStream(m *nats.Msg) (*nats.Msg, error) {
+	ctx, id, err := n.atHome(m)
+	if err != nil {
+		return nil, err
+	}
+	var q streamQuery
+	if err := json.Unmarshal(m.Data, &q); err != nil {
+		return nil, fmt.Errorf("%w: stream query: %v", ErrBadRequest, err)
+	}
+	evs, err := n.readLocal(ctx, id, q)
+	if err != nil {
+		return nil, err
+	}
+	return &nats.Msg{Data: delivery.AppendEvents(nil, evs)}, nil
+}
+
+// streamReader is a subscription's delivery.StreamReader.
+type streamReader struct {
+	n      *Node
+	obj    ObjectID
+	topic  string
+	filter string
+}
+
+func (r streamReader) After(ctx context.Context, after uint64, limit, maxBytes int) ([]abi.Event, error) {
+	return r.n.readStream(ctx, r.obj, streamQuery{Topic: r.topic, Filter: r.filter, After: after, Limit: limit, MaxBytes: maxBytes})
+}
+
+func (r streamReader) Latest(ctx context.Context) (abi.Event, bool, error) {
+	evs, err := r.n.readStream(ctx, r.obj, streamQuery{Topic: r.topic, Filter: r.filter, Latest: true})
+	if err != nil || len(evs) == 0 {
+		return abi.Event{}, false, err
+	}
+	return evs[0], true, nil
+}
+
+// streams is the node's live subscriptions, told when NATS reconnects.
+type streams struct {
+	mu   sync.Mutex
+	subs map[*delivery.Subscription]struct{}
+}
+
+func (s *streams) add(sub *delivery.Subscription) {
+	s.mu.Lock()
+	if s.subs == nil {
+		s.subs = map[*delivery.Subscription]struct{}{}
+	}
+	s.subs[sub] = struct{}{}
+	s.mu.Unlock()
+}
+
+func (s *streams) remove(sub *delivery.Subscription) {
+	s.mu.Lock()
+	delete(s.subs, sub)
+	s.mu.Unlock()
+}
+
+// reconnected pings for every subscription: what was missed while NATS
+// was away is read on the hints' receipt.
+func (s *streams) reconnected() {
+	s.mu.Lock()
+	subs := make([]*delivery.Subscription, 0, len(s.subs))
+	for sub := range s.subs {
+		subs = append(subs, sub)
+	}
+	s.mu.Unlock()
+	for _, sub := range subs {
+		sub.Reconnected()
+	}
+}
+
+func (s *streams) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.subs)
+}
+
+// handleStream serves a subscription as server-sent events: each event is
+//
+//	id: SEQ
+//	event: event
+//	data: {"type":"event","publisher":...,"topic":...,"seq":SEQ,"time":...,"payload":...}
+//
+// and a subscription that ends on an error sends `event: error` with
+// {"error": "..."} before closing. The id is the consumer's checkpoint:
+// reconnect with ?after=ID (or the Last-Event-ID header) to resume.
+func (n *Node) handleStream(w http.ResponseWriter, r *http.Request, p principal) {
+	id, err := p.object(r.PathValue("program"), r.PathValue("id"))
+	if err != nil {
+		n.failAs(w, p, err)
+		return
+	}
+	if _, err := n.programs.latest(r.Context(), id.Program); err != nil {
+		n.failAs(w, p, err)
+		return
+	}
+	q := r.URL.Query()
+	topic := q.Get("topic")
+	if len(topic) > abi.MaxTopicLen {
+		n.failAs(w, p, fmt.Errorf("%w: topic is longer than %d bytes", ErrBadRequest, abi.MaxTopicLen))
+		return
+	}
+	filter := q.Get("filter")
+	if _, err := delivery.ParseFilter(filter); err != nil {
+		n.failAs(w, p, fmt.Errorf("%w: %v", ErrBadRequest, err))
+		return
+	}
+	var after *uint64
+	if s := cmpOr(q.Get("after"), r.Header.Get("Last-Event-ID")); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			n.failAs(w, p, fmt.Errorf("%w: after must be an event seq (a non-negative integer), not %q", ErrBadRequest, clip(s)))
+			return
+		}
+		after = &v
+	}
+	fl, ok := w.(http.Flusher)
+	if !ok {
+		n.failAs(w, p, fmt.Errorf("streaming is not supported on this connection"))
+		return
+	}
+	tu := n.usage.of(p.tenant)
+	if tu != nil {
+		if c := tu.conns.Add(1); c > int64(tu.lim.Connections) {
+			tu.conns.Add(-1)
+			n.failAs(w, p, countLimit("connections", int64(tu.lim.Connections), c, "open connections and streams on this node"))
+			return
+		}
+		defer tu.conns.Add(-1)
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	fl.Flush()
+
+	var buf []byte
+	send := func(e *abi.Event) error {
+		e.Publisher = p.showObject(id)
+		buf = append(buf[:0], "id: "...)
+		buf = strconv.AppendUint(buf, e.Seq, 10)
+		buf = append(buf, "\nevent: event\ndata: "...)
+		buf = delivery.AppendEnvelope(buf, e)
+		buf = append(buf, "\n\n"...)
+		if _, err := w.Write(buf); err != nil {
+			return err
+		}
+		fl.Flush()
+		n.metrics.streamEvents.Inc()
+		return nil
+	}
+	sub := delivery.NewSubscription(n.cfg.Streams, streamReader{n: n, obj: id, topic: topic, filter: filter},
+		natsHints{nc: n.nats.nc, subject: HintSubject(id)}, after, send)
+	n.streams.add(sub)
+	defer n.streams.remove(sub)
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	go func() {
+		select {
+		case <-n.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	err = sub.Run(ctx)
+	if ctx.Err() != nil {
+		return
+	}
+	n.log.Debug("stream ended", slog.String("object", id.String()), slog.Any("err", err))
+	msg := err.Error()
+	if p.tenant != "" {
+		msg = strings.NewReplacer(`"`+p.tenant+".", `"`, " "+p.tenant+".", " ").Replace(msg)
+	}
+	b, _ := json.Marshal(map[string]string{"error": msg})
+	fmt.Fprintf(w, "event: error\ndata: %s\n\n", b)
+	fl.Flush()
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
