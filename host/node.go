@@ -306,6 +306,9 @@ func (n *Node) LeaseLost() <-chan struct{} { return n.lost }
 // Start serves the API until Shutdown.
 func (n *Node) Start() error {
 	n.httpSrv = &http.Server{Handler: n.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	// Streams never end on their own: a graceful shutdown ends them first,
+	// or it would wait for them.
+	n.httpSrv.RegisterOnShutdown(n.streams.end)
 	n.wg.Add(3)
 	go func() {
 		defer n.wg.Done()

@@ -147,10 +147,28 @@ func (r streamReader) Latest(ctx context.Context) (abi.Event, bool, error) {
 	return evs[0], true, nil
 }
 
-// streams is the node's live subscriptions, told when NATS reconnects.
+// streams is the node's live subscriptions, told when NATS reconnects
+// and ended when the node shuts down.
 type streams struct {
-	mu   sync.Mutex
-	subs map[*delivery.Subscription]struct{}
+	mu    sync.Mutex
+	subs  map[*delivery.Subscription]struct{}
+	ended chan struct{}
+	once  sync.Once
+}
+
+func (s *streams) done() chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended == nil {
+		s.ended = make(chan struct{})
+	}
+	return s.ended
+}
+
+// end ends every subscription, now and to come.
+func (s *streams) end() {
+	ch := s.done()
+	s.once.Do(func() { close(ch) })
 }
 
 func (s *streams) add(sub *delivery.Subscription) {
@@ -270,7 +288,7 @@ func (n *Node) handleStream(w http.ResponseWriter, r *http.Request, p principal)
 	defer cancel()
 	go func() {
 		select {
-		case <-n.stop:
+		case <-n.streams.done():
 			cancel()
 		case <-ctx.Done():
 		}
