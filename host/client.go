@@ -1,6 +1,7 @@
 package host
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 )
 
@@ -112,4 +114,93 @@ func (c *Client) Delete(ctx context.Context, path string, v any) error {
 		return err
 	}
 	return json.Unmarshal(out, v)
+}
+
+// SubscribeOptions shape a stream subscription.
+type SubscribeOptions struct {
+	// Topic limits the stream to one topic ("" for all).
+	Topic string
+	// Filter keeps events whose JSON payload matches FIELD=VALUE[&...].
+	Filter string
+	// After is the consumer's checkpoint (exclusive); nil asks for the
+	// latest stored matching event, then newer ones.
+	After *uint64
+}
+
+// Subscribe reads the object's stream and calls f with each event's data
+// (the forward envelope) until f returns false, ctx ends, or the stream
+// ends; a stream that ends on an error returns it.
+func (c *Client) Subscribe(ctx context.Context, object string, o SubscribeOptions, f func(data []byte) bool) error {
+	id, err := ParseObjectID(object)
+	if err != nil {
+		return err
+	}
+	q := url.Values{}
+	if o.Topic != "" {
+		q.Set("topic", o.Topic)
+	}
+	if o.Filter != "" {
+		q.Set("filter", o.Filter)
+	}
+	if o.After != nil {
+		q.Set("after", strconv.FormatUint(*o.After, 10))
+	}
+	u := strings.TrimRight(c.Base, "/") + "/v1/objects/" + url.PathEscape(id.Program) + "/" + url.PathEscape(id.ID) + "/stream?" + q.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return err
+	}
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	hc := c.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("cannot reach the node at %s: %w (is `host serve` running? set --server)", c.Base, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 400 {
+		out, _ := io.ReadAll(resp.Body)
+		var e struct {
+			Error string `json:"error"`
+		}
+		if json.Unmarshal(out, &e) != nil || e.Error == "" {
+			e.Error = strings.TrimSpace(string(out))
+		}
+		return &APIError{Status: resp.StatusCode, Message: e.Error}
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 64<<20)
+	var event string
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "event: "):
+			event = line[len("event: "):]
+		case strings.HasPrefix(line, "data: "):
+			data := []byte(line[len("data: "):])
+			if event == "error" {
+				var e struct {
+					Error string `json:"error"`
+				}
+				json.Unmarshal(data, &e)
+				return fmt.Errorf("stream ended: %s", e.Error)
+			}
+			if !f(data) {
+				return nil
+			}
+		case line == "":
+			event = ""
+		}
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	return sc.Err()
 }

@@ -291,10 +291,10 @@ func TestS12_AfterOmittedLatestThenNewer(t *testing.T) {
 func TestS13_FilteredCursorIsTheLastMatch(t *testing.T) {
 	t.Parallel()
 	n := streamNode(t)
-	publishTo(t, n, "hostile/c", "t", `{"kind":"a","n":1}`)    // 1
+	publishTo(t, n, "hostile/c", "t", `{"kind":"a","n":1}`)     // 1
 	publishTo(t, n, "hostile/c", "other", `{"kind":"a","n":2}`) // 2: other topic
-	publishTo(t, n, "hostile/c", "t", `{"kind":"b","n":3}`)    // 3: filtered out
-	publishTo(t, n, "hostile/c", "t", `{"kind":"a","n":4}`)    // 4
+	publishTo(t, n, "hostile/c", "t", `{"kind":"b","n":3}`)     // 3: filtered out
+	publishTo(t, n, "hostile/c", "t", `{"kind":"a","n":4}`)     // 4
 	s := openStream(t, n.URL(), "hostile/c", "after=0&topic=t&filter=kind=a", "")
 	s.waitSeqs(1, 4)
 	publishTo(t, n, "hostile/c", "t", `{"kind":"b","n":5}`) // 5

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -61,6 +62,7 @@ func nodeFlags() []cli.Flag {
 		&cli.UintFlag{Name: "memory-pages", Value: uint(d.VM.MemoryLimitPages), EnvVars: []string{"HOST_MEMORY_PAGES"}, Usage: "most 64 KiB memory pages one instance may use"},
 		&cli.IntFlag{Name: "max-module-bytes", Value: d.VM.MaxModuleSize, EnvVars: []string{"HOST_MAX_MODULE_BYTES"}, Usage: "largest module an upload may be"},
 		&cli.IntFlag{Name: "max-active-objects", Value: d.MaxActiveObjects, EnvVars: []string{"HOST_MAX_ACTIVE_OBJECTS"}, Usage: "objects kept active (open file + instance); the least recently used idle one is deactivated past this"},
+		&cli.DurationFlag{Name: "stream-idle", Value: d.Streams.Idle, EnvVars: []string{"HOST_SUBSCRIPTION_IDLE_THRESHOLD"}, Usage: "a stream subscription that heard no hint this long publishes one, recovering lost hints (must be positive)"},
 		&cli.DurationFlag{Name: "idle-timeout", Value: d.IdleTimeout, EnvVars: []string{"HOST_IDLE_TIMEOUT"}, Usage: "deactivate an object unused this long"},
 		&cli.StringFlag{Name: "sync", Value: "normal", EnvVars: []string{"HOST_SYNC"}, Usage: "SQLite synchronous setting for object files: normal (survives a process crash) or full (also power loss, an fsync per commit)"},
 		&cli.DurationFlag{Name: "lease-ttl", Value: d.LeaseTTL, EnvVars: []string{"HOST_LEASE_TTL"}, Usage: "a node that has not renewed its cluster lease for this long is gone for good (its id never returns)"},
@@ -84,6 +86,7 @@ func nodeConfig(c *cli.Context, stderr io.Writer) (host.Config, error) {
 	cfg.VM.Budget = c.Duration("budget")
 	cfg.VM.MemoryLimitPages = uint32(c.Uint("memory-pages"))
 	cfg.VM.MaxModuleSize = c.Int("max-module-bytes")
+	cfg.Streams.Idle = c.Duration("stream-idle")
 	cfg.MaxActiveObjects = c.Int("max-active-objects")
 	cfg.IdleTimeout = c.Duration("idle-timeout")
 	cfg.Sync = delivery.Sync(strings.ToUpper(c.String("sync")))
@@ -266,6 +269,50 @@ Example: host watch chat/room1 --topic messages`,
 						Topic: c.String("topic"), Filter: c.String("filter"), Params: c.String("params"), Via: c.String("via"),
 					}, func(frame []byte) bool {
 						stdout.Write(frame)
+						fmt.Fprintln(stdout)
+						left--
+						return left != 0
+					})
+				},
+			},
+			{
+				Name:      "subscribe",
+				Usage:     "read an object's event stream from storage (catch-up, at-least-once) and print each event, one JSON line each",
+				ArgsUsage: "PROGRAM/ID",
+				Description: `Opens GET /v1/objects/PROGRAM/ID/stream (server-sent events). Every event
+is read from the object's log; the node sends it when the object commits
+(an empty NATS hint wakes the reader) or, if a hint was lost, within the
+idle threshold (--stream-idle on the node, 10 s by default).
+
+--after N resumes after your checkpoint N (exclusive): events N+1, N+2, ...
+in order. Without --after: the latest stored event once, then newer ones.
+Delivery is at-least-once: keep the seq of the last event you processed
+and pass it as --after when you come back; deduplicate by seq.
+Example: host subscribe chat/room1 --topic messages --after 0`,
+				Flags: []cli.Flag{
+					&cli.StringFlag{Name: "topic", Usage: "only events of `TOPIC` (default: every topic)"},
+					&cli.StringFlag{Name: "filter", Usage: "only events whose JSON payload matches `FIELD=VALUE[&...]`"},
+					&cli.StringFlag{Name: "after", Usage: "resume after event `SEQ` (exclusive); omit for the latest event, then newer"},
+					&cli.IntFlag{Name: "count", Usage: "exit after `N` events (0: run until interrupted)"},
+					serverFlag(), tokenFlag(),
+				},
+				Action: func(c *cli.Context) error {
+					if c.NArg() != 1 {
+						return errors.New("usage: host subscribe PROGRAM/ID [--after SEQ] [--topic T]")
+					}
+					o := host.SubscribeOptions{Topic: c.String("topic"), Filter: c.String("filter")}
+					if s := c.String("after"); s != "" {
+						v, err := strconv.ParseUint(s, 10, 64)
+						if err != nil {
+							return fmt.Errorf("--after must be an event seq (a non-negative integer), not %q", s)
+						}
+						o.After = &v
+					}
+					ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+					defer stop()
+					left := c.Int("count")
+					return client(c).Subscribe(ctx, c.Args().First(), o, func(data []byte) bool {
+						stdout.Write(data)
 						fmt.Fprintln(stdout)
 						left--
 						return left != 0

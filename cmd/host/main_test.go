@@ -371,4 +371,16 @@ func TestClientCommandsInProcess(t *testing.T) {
 	if code, out, e := runCLI("", "programs", "counter", "--server", srv); code != 0 || !strings.Contains(out, `"versions"`) {
 		t.Fatalf("programs counter: %d %q %q", code, out, e)
 	}
+	// subscribe reads the stream from storage: after 0 is every event, in
+	// order; without --after the latest one first.
+	if code, out, e := runCLI("", "subscribe", "counter/c1", "--after", "0", "--count", "2", "--server", srv); code != 0 ||
+		strings.Count(out, `"type":"event"`) != 2 || !strings.Contains(out, `"seq":1`) || !strings.Contains(out, `"seq":2`) {
+		t.Fatalf("subscribe --after 0: %d %q %q", code, out, e)
+	}
+	if code, out, e := runCLI("", "subscribe", "counter/c1", "--count", "1", "--server", srv); code != 0 || !strings.Contains(out, `"seq":2`) {
+		t.Fatalf("subscribe: %d %q %q", code, out, e)
+	}
+	if code, _, e := runCLI("", "subscribe", "counter/c1", "--after", "-3", "--server", srv); code != 1 || !strings.Contains(e, "--after") {
+		t.Fatalf("subscribe --after -3: %d %q", code, e)
+	}
 }
