@@ -31,10 +31,11 @@ type APIError struct {
 
 func (e *APIError) Error() string { return fmt.Sprintf("%s (HTTP %d)", e.Message, e.Status) }
 
-func (c *Client) do(ctx context.Context, method, path string, body []byte) ([]byte, http.Header, error) {
+// send sends one request with the client's token.
+func (c *Client) send(ctx context.Context, method, path string, body []byte) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(c.Base, "/")+path, bytes.NewReader(body))
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if c.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.Token)
@@ -45,7 +46,15 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte) ([]by
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return nil, nil, fmt.Errorf("cannot reach the node at %s: %w (is `host serve` running? set --server)", c.Base, err)
+		return nil, fmt.Errorf("cannot reach the node at %s: %w (is `host serve` running? set --server)", c.Base, err)
+	}
+	return resp, nil
+}
+
+func (c *Client) do(ctx context.Context, method, path string, body []byte) ([]byte, http.Header, error) {
+	resp, err := c.send(ctx, method, path, body)
+	if err != nil {
+		return nil, nil, err
 	}
 	defer resp.Body.Close()
 	out, err := io.ReadAll(resp.Body)
@@ -145,24 +154,12 @@ func (c *Client) Subscribe(ctx context.Context, object string, o SubscribeOption
 	if o.After != nil {
 		q.Set("after", strconv.FormatUint(*o.After, 10))
 	}
-	u := strings.TrimRight(c.Base, "/") + "/v1/objects/" + url.PathEscape(id.Program) + "/" + url.PathEscape(id.ID) + "/stream?" + q.Encode()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return err
-	}
-	if c.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.Token)
-	}
-	hc := c.HTTP
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	resp, err := hc.Do(req)
+	resp, err := c.send(ctx, http.MethodGet, "/v1/objects/"+url.PathEscape(id.Program)+"/"+url.PathEscape(id.ID)+"/stream?"+q.Encode(), nil)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
-		return fmt.Errorf("cannot reach the node at %s: %w (is `host serve` running? set --server)", c.Base, err)
+		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 400 {

@@ -174,15 +174,12 @@ func (n *Node) handleConnect(w http.ResponseWriter, r *http.Request, p principal
 		n.failAs(w, p, err)
 		return
 	}
-	tu := n.usage.of(p.tenant)
-	if tu != nil {
-		if c := tu.conns.Add(1); c > int64(tu.lim.Connections) {
-			tu.conns.Add(-1)
-			n.failAs(w, p, countLimit("connections", int64(tu.lim.Connections), c, "open connections on this node"))
-			return
-		}
-		defer tu.conns.Add(-1)
+	release, err := n.usage.of(p.tenant).openConn()
+	if err != nil {
+		n.failAs(w, p, err)
+		return
 	}
+	defer release()
 	ws, err := websocket.Accept(w, r, nil)
 	if err != nil {
 		return

@@ -114,10 +114,15 @@ func (n *Node) failAs(w http.ResponseWriter, p principal, err error) {
 		n.fail(w, err)
 		return
 	}
-	st := statusOf(err)
-	msg := n.apiMessage(err)
-	msg = strings.NewReplacer(`"`+p.tenant+".", `"`, " "+p.tenant+".", " ").Replace(msg)
-	writeJSON(w, st, map[string]string{"error": msg})
+	writeJSON(w, statusOf(err), map[string]string{"error": p.strip(n.apiMessage(err))})
+}
+
+// strip removes the principal's own tenant prefix from the names in msg.
+func (p principal) strip(msg string) string {
+	if p.tenant == "" {
+		return msg
+	}
+	return strings.NewReplacer(`"`+p.tenant+".", `"`, " "+p.tenant+".", " ").Replace(msg)
 }
 
 // bearer is the request's token: the Authorization header, or for a

@@ -214,6 +214,19 @@ func (tu *tenantUse) release() {
 	}
 }
 
+// openConn counts one more WebSocket connection or stream against the
+// tenant's limit; release gives it back.
+func (tu *tenantUse) openConn() (release func(), err error) {
+	if tu == nil {
+		return func() {}, nil
+	}
+	if c := tu.conns.Add(1); c > int64(tu.lim.Connections) {
+		tu.conns.Add(-1)
+		return nil, countLimit("connections", int64(tu.lim.Connections), c, "open connections and streams on this node")
+	}
+	return func() { tu.conns.Add(-1) }, nil
+}
+
 // publish takes n events from the tenant's publish rate.
 func (tu *tenantUse) publish(n int) error {
 	if tu == nil || n == 0 {

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -250,15 +249,12 @@ func (n *Node) handleStream(w http.ResponseWriter, r *http.Request, p principal)
 		n.failAs(w, p, fmt.Errorf("streaming is not supported on this connection"))
 		return
 	}
-	tu := n.usage.of(p.tenant)
-	if tu != nil {
-		if c := tu.conns.Add(1); c > int64(tu.lim.Connections) {
-			tu.conns.Add(-1)
-			n.failAs(w, p, countLimit("connections", int64(tu.lim.Connections), c, "open connections and streams on this node"))
-			return
-		}
-		defer tu.conns.Add(-1)
+	release, err := n.usage.of(p.tenant).openConn()
+	if err != nil {
+		n.failAs(w, p, err)
+		return
 	}
+	defer release()
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("X-Accel-Buffering", "no")
@@ -298,11 +294,7 @@ func (n *Node) handleStream(w http.ResponseWriter, r *http.Request, p principal)
 		return
 	}
 	n.log.Debug("stream ended", slog.String("object", id.String()), slog.Any("err", err))
-	msg := err.Error()
-	if p.tenant != "" {
-		msg = strings.NewReplacer(`"`+p.tenant+".", `"`, " "+p.tenant+".", " ").Replace(msg)
-	}
-	b, _ := json.Marshal(map[string]string{"error": msg})
+	b, _ := json.Marshal(map[string]string{"error": p.strip(err.Error())})
 	fmt.Fprintf(w, "event: error\ndata: %s\n\n", b)
 	fl.Flush()
 }
