@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -256,7 +257,7 @@ func ReadAfter(ctx context.Context, path, topic string, f Filter, after uint64, 
 	}
 	rows, err := db.QueryContext(ctx, q, args...)
 	if err != nil {
-		return nil, err
+		return nil, noLogYet(err)
 	}
 	defer rows.Close()
 	var out []abi.Event
@@ -293,7 +294,7 @@ func ReadLatest(ctx context.Context, path, topic string, f Filter) (abi.Event, b
 	}
 	rows, err := db.QueryContext(ctx, q+` ORDER BY seq DESC`, args...)
 	if err != nil {
-		return abi.Event{}, false, err
+		return abi.Event{}, false, noLogYet(err)
 	}
 	defer rows.Close()
 	for rows.Next() {
@@ -308,6 +309,15 @@ func ReadLatest(ctx context.Context, path, topic string, f Filter) (abi.Event, b
 		}
 	}
 	return abi.Event{}, false, rows.Err()
+}
+
+// noLogYet maps the error of reading a file whose schema is not there yet
+// (the object's first call is creating it) to no error: it has no events.
+func noLogYet(err error) error {
+	if err != nil && strings.Contains(err.Error(), "no such table") {
+		return nil
+	}
+	return err
 }
 
 // openReadOnly opens the file at path read-only; nil when it does not

@@ -88,8 +88,15 @@ func TestLeaseLostNodeIsGoneForGood(t *testing.T) {
 		t.Fatal("b kept running under a lapsed lease")
 	}
 	// Even if the old id's key reappears, it stays dead.
+	// (The bucket may be electing a new leader now that b is gone: retry.)
 	ctx := context.Background()
-	if _, err := a.cluster.nodes.Put(ctx, "n."+b.ID(), []byte(`{"id":"`+b.ID()+`"}`)); err != nil {
+	var err error
+	for range 3 {
+		if _, err = a.cluster.nodes.Put(ctx, "n."+b.ID(), []byte(`{"id":"`+b.ID()+`"}`)); err == nil {
+			break
+		}
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(3 * a.cfg.Heartbeat)

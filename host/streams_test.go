@@ -103,6 +103,19 @@ func (c *streamClient) events() []envelope {
 	return out
 }
 
+// others are the events that are not stream events (errors).
+func (c *streamClient) others() []sseEvent {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []sseEvent
+	for _, e := range c.evs {
+		if e.event != "event" {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
 func (c *streamClient) seqs() []uint64 {
 	var out []uint64
 	for _, e := range c.events() {
@@ -120,7 +133,7 @@ func (c *streamClient) waitSeqs(want ...uint64) {
 			return
 		}
 		if len(got) > len(want) || time.Now().After(deadline) {
-			c.t.Fatalf("stream sent seqs %v, want %v", got, want)
+			c.t.Fatalf("stream sent seqs %v, want %v (HTTP %d; other events: %v)", got, want, c.status, c.others())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
