@@ -19,8 +19,11 @@ import (
 // Cluster defaults.
 const (
 	// DefaultLeaseTTL: a node that has not renewed its lease for this long
-	// is gone for good; its id never returns.
-	DefaultLeaseTTL = 6 * time.Second
+	// is gone for good; its id never returns. It must outlast a JetStream
+	// leader election of the lease bucket (NATS elects within 4-9 s of
+	// noticing a lost leader), or losing the node that led the bucket
+	// would take every other node's lease with it.
+	DefaultLeaseTTL = 15 * time.Second
 	// DefaultHeartbeat renews the lease.
 	DefaultHeartbeat = 1 * time.Second
 )

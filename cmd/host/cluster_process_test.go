@@ -23,7 +23,7 @@ func startClusterNode(t *testing.T, bin, data, addr string, route string, peers 
 	// A cluster name of its own: a stray route from another test's cluster
 	// is refused instead of merging.
 	name := fmt.Sprintf("%s-%d", strings.ReplaceAll(t.Name(), "/", "-"), os.Getpid())
-	extra := []string{"--nats-cluster", route, "--nats-cluster-name", name, "--lease-ttl", "6s", "--heartbeat", "500ms"}
+	extra := []string{"--nats-cluster", route, "--nats-cluster-name", name, "--lease-ttl", "15s", "--heartbeat", "500ms"}
 	for _, p := range peers {
 		extra = append(extra, "--nats-routes", "nats://"+p)
 	}
