@@ -163,7 +163,7 @@ type Node struct {
 	objects  *objects
 	nats     *natsConn
 	cluster  *cluster
-	streams  streams
+	streams  *streams
 	metrics  *metrics
 	dcfg     delivery.Config
 	pump     *delivery.Pump
@@ -211,6 +211,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	n.metrics = newMetrics()
 	n.metrics.log = n.log
 	n.objects = newObjects(n)
+	n.streams = newStreams()
 	n.usage = &usage{n: n, m: map[string]*tenantUse{}}
 	n.conns = newConns()
 	n.metrics.connectionCounters(n.conns)

@@ -1,6 +1,7 @@
 package host
 
 import (
+	"cmp"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -104,9 +105,6 @@ func (n *Node) readStream(ctx context.Context, obj ObjectID, q streamQuery) ([]a
 		evs, err = delivery.DecodeEvents(reply.Data, obj.String())
 		return err
 	})
-	for i := range evs {
-		evs[i].Publisher = obj.String()
-	}
 	return evs, err
 }
 
@@ -151,30 +149,19 @@ func (r streamReader) Latest(ctx context.Context) (abi.Event, bool, error) {
 type streams struct {
 	mu    sync.Mutex
 	subs  map[*delivery.Subscription]struct{}
-	ended chan struct{}
+	ended chan struct{} // closed by end
 	once  sync.Once
 }
 
-func (s *streams) done() chan struct{} {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.ended == nil {
-		s.ended = make(chan struct{})
-	}
-	return s.ended
+func newStreams() *streams {
+	return &streams{subs: map[*delivery.Subscription]struct{}{}, ended: make(chan struct{})}
 }
 
 // end ends every subscription, now and to come.
-func (s *streams) end() {
-	ch := s.done()
-	s.once.Do(func() { close(ch) })
-}
+func (s *streams) end() { s.once.Do(func() { close(s.ended) }) }
 
 func (s *streams) add(sub *delivery.Subscription) {
 	s.mu.Lock()
-	if s.subs == nil {
-		s.subs = map[*delivery.Subscription]struct{}{}
-	}
 	s.subs[sub] = struct{}{}
 	s.mu.Unlock()
 }
@@ -197,12 +184,6 @@ func (s *streams) reconnected() {
 	for _, sub := range subs {
 		sub.Reconnected()
 	}
-}
-
-func (s *streams) count() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.subs)
 }
 
 // handleStream serves a subscription as server-sent events: each event is
@@ -236,7 +217,7 @@ func (n *Node) handleStream(w http.ResponseWriter, r *http.Request, p principal)
 		return
 	}
 	var after *uint64
-	if s := cmpOr(q.Get("after"), r.Header.Get("Last-Event-ID")); s != "" {
+	if s := cmp.Or(q.Get("after"), r.Header.Get("Last-Event-ID")); s != "" {
 		v, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
 			n.failAs(w, p, fmt.Errorf("%w: after must be an event seq (a non-negative integer), not %q", ErrBadRequest, clip(s)))
@@ -284,7 +265,7 @@ func (n *Node) handleStream(w http.ResponseWriter, r *http.Request, p principal)
 	defer cancel()
 	go func() {
 		select {
-		case <-n.streams.done():
+		case <-n.streams.ended:
 			cancel()
 		case <-ctx.Done():
 		}
@@ -297,11 +278,4 @@ func (n *Node) handleStream(w http.ResponseWriter, r *http.Request, p principal)
 	b, _ := json.Marshal(map[string]string{"error": p.strip(err.Error())})
 	fmt.Fprintf(w, "event: error\ndata: %s\n\n", b)
 	fl.Flush()
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
