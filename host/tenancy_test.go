@@ -297,6 +297,24 @@ func TestCrossTenantObjectFollower(t *testing.T) {
 
 // TestTenantLimits: each limit, at the limit works and over it is refused
 // with 413 or 429 naming the limit, and nothing already stored is lost.
+// postUntilRefused posts text to chat/r as tok until a post is refused (at
+// most 200), calling after each committed one; it returns how many were
+// committed and the refusal.
+func postUntilRefused(t *testing.T, n *host.Node, tok, text string, after func()) (int, response) {
+	t.Helper()
+	posted := 0
+	var last response
+	for range 200 {
+		last = as(t, n, tok, http.MethodPost, "/v1/objects/chat/r/post", []byte(`{"author":"a","text":"`+text+`"}`))
+		if last.status != http.StatusOK {
+			break
+		}
+		posted++
+		after()
+	}
+	return posted, last
+}
+
 func TestTenantLimits(t *testing.T) {
 	t.Parallel()
 	n, op := authNode(t, func(c *host.Config) { c.VM.Budget = 2 * time.Second })
@@ -332,15 +350,7 @@ func TestTenantLimits(t *testing.T) {
 		tok := mkTenant(t, n, op, "objb", `{"object_bytes":262144}`)
 		wantStatus(t, tenantUpload(t, n, tok, "chat", "chat-rust"), http.StatusCreated, "upload")
 		text := strings.Repeat("x", 4000)
-		posted := 0
-		var last response
-		for range 200 {
-			last = as(t, n, tok, http.MethodPost, "/v1/objects/chat/r/post", []byte(`{"author":"a","text":"`+text+`"}`))
-			if last.status != http.StatusOK {
-				break
-			}
-			posted++
-		}
+		posted, last := postUntilRefused(t, n, tok, text, func() {})
 		wantError(t, last, http.StatusRequestEntityTooLarge, "object storage limit", "262144")
 		if posted == 0 {
 			t.Fatal("not one post fit in 256 KiB")
@@ -358,16 +368,7 @@ func TestTenantLimits(t *testing.T) {
 		// post: posts succeed until the tenant's files pass the limit, then
 		// every write is refused and everything committed stays.
 		text := strings.Repeat("y", 4000)
-		posted := 0
-		var last response
-		for range 200 {
-			last = as(t, n, tok, http.MethodPost, "/v1/objects/chat/r/post", []byte(`{"author":"a","text":"`+text+`"}`))
-			if last.status != http.StatusOK {
-				break
-			}
-			posted++
-			n.ScanUsage()
-		}
+		posted, last := postUntilRefused(t, n, tok, text, n.ScanUsage)
 		wantError(t, last, http.StatusRequestEntityTooLarge, "tenant storage limit", "150000")
 		if posted == 0 {
 			t.Fatal("not one post fit in the tenant's 150,000 bytes")
