@@ -337,33 +337,13 @@ func hsULEB(b []byte) (v uint64, k int) {
 
 // Hand-assembled modules, for the shapes the SDKs never produce.
 
-func hsLEB(v uint64) []byte {
-	var out []byte
-	for {
-		c := byte(v & 0x7f)
-		v >>= 7
-		if v != 0 {
-			out = append(out, c|0x80)
-			continue
-		}
-		return append(out, c)
-	}
-}
-
-func hsCat(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
-
-// hsSection is a section: its id, its size, its body.
-func hsSection(id byte, body ...[]byte) []byte {
-	b := hsCat(body...)
-	return hsCat([]byte{id}, hsLEB(uint64(len(b))), b)
-}
-
-// hsVec is a vector: its count, then its items.
-func hsVec(items ...[]byte) []byte {
-	return hsCat(append([][]byte{hsLEB(uint64(len(items)))}, items...)...)
-}
-
-func hsName(s string) []byte { return hsCat(hsLEB(uint64(len(s))), []byte(s)) }
+var (
+	hsLEB     = vmtest.LEB
+	hsCat     = vmtest.Cat
+	hsSection = vmtest.Section
+	hsVec     = vmtest.Vec
+	hsName    = vmtest.Name
+)
 
 // hsImport is one import entry; desc is the kind byte and its descriptor.
 func hsImport(module, name string, desc ...byte) []byte {

@@ -9,30 +9,13 @@ import (
 )
 
 // Module assembly for the bounds tests.
-
-func leb(v uint64) []byte {
-	var out []byte
-	for {
-		c := byte(v & 0x7f)
-		v >>= 7
-		if v != 0 {
-			out = append(out, c|0x80)
-			continue
-		}
-		return append(out, c)
-	}
-}
-
-func cat(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
-
-func section(id byte, body ...[]byte) []byte {
-	b := cat(body...)
-	return cat([]byte{id}, leb(uint64(len(b))), b)
-}
-
-func vec(items ...[]byte) []byte { return cat(append([][]byte{leb(uint64(len(items)))}, items...)...) }
-
-func str(s string) []byte { return cat(leb(uint64(len(s))), []byte(s)) }
+var (
+	leb     = vmtest.LEB
+	cat     = vmtest.Cat
+	section = vmtest.Section
+	vec     = vmtest.Vec
+	str     = vmtest.Name
+)
 
 var (
 	header = []byte{0x00, 'a', 's', 'm', 0x01, 0x00, 0x00, 0x00}
