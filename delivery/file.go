@@ -54,6 +54,10 @@ CREATE TABLE IF NOT EXISTS edges (
 	created  INTEGER NOT NULL,
 	UNIQUE (kind, follower, topic)
 );
+CREATE TABLE IF NOT EXISTS conn_floor (
+	one    INTEGER PRIMARY KEY CHECK (one = 1),
+	cursor INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS cursors (
 	publisher TEXT NOT NULL,
 	topic     TEXT NOT NULL,
@@ -73,7 +77,7 @@ type File struct {
 
 	get, put, del, scan, appendLog, head *sql.Stmt
 	cursorGet, cursorPut                 *sql.Stmt
-	advance, advanceMany                 *sql.Stmt
+	advance, floorGet, floorPut          *sql.Stmt
 
 	// edges caches the edge rows for the pump, which reads them every
 	// round; nil when not loaded. Commits keep it current, rollbacks drop
@@ -128,7 +132,8 @@ func (f *File) init(ctx context.Context) error {
 	prep(&f.cursorGet, `SELECT seq FROM cursors WHERE publisher = ? AND topic = ?`)
 	prep(&f.cursorPut, `INSERT INTO cursors (publisher, topic, seq) VALUES (?, ?, ?) ON CONFLICT (publisher, topic) DO UPDATE SET seq = excluded.seq`)
 	prep(&f.advance, `UPDATE edges SET cursor = MAX(cursor, ?), attempts = ?, next_due = ?, node = COALESCE(?, node) WHERE id = ?`)
-	prep(&f.advanceMany, `UPDATE edges SET cursor = MAX(cursor, ?) WHERE id IN (SELECT value FROM json_each(?))`)
+	prep(&f.floorGet, `SELECT COALESCE((SELECT cursor FROM conn_floor WHERE one = 1), 0)`)
+	prep(&f.floorPut, `INSERT INTO conn_floor (one, cursor) VALUES (1, ?) ON CONFLICT (one) DO UPDATE SET cursor = MAX(cursor, excluded.cursor)`)
 	return err
 }
 
@@ -139,7 +144,7 @@ func (f *File) Path() string { return f.path }
 func (f *File) Close() error {
 	// Statements prepared on the connection keep it (and its three file
 	// descriptors) open until they are closed.
-	for _, st := range []*sql.Stmt{f.get, f.put, f.del, f.scan, f.appendLog, f.head, f.cursorGet, f.cursorPut, f.advance, f.advanceMany} {
+	for _, st := range []*sql.Stmt{f.get, f.put, f.del, f.scan, f.appendLog, f.head, f.cursorGet, f.cursorPut, f.advance, f.floorGet, f.floorPut} {
 		if st != nil {
 			st.Close()
 		}

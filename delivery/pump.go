@@ -319,7 +319,9 @@ func (p *Pump) Round(ctx context.Context, pub Publisher) (bool, time.Time, error
 	groups := map[string]*group{}
 	var updates []edgeUpdate
 	var prunedConns []string
-	for _, e := range due {
+	route := make([]string, len(due)) // each due edge's node; "" = settled here
+	conns := map[string]int{}         // node → due connection edges
+	for i, e := range due {
 		node := e.Node
 		if !p.members.Live(node) {
 			if e.Kind == abi.FollowerConnection {
@@ -339,9 +341,21 @@ func (p *Pump) Round(ctx context.Context, pub Publisher) (bool, time.Time, error
 			}
 			node = moved
 		}
+		route[i] = node
+		if e.Kind == abi.FollowerConnection {
+			conns[node]++
+		}
+	}
+	// Sized once: at thousands of sockets, growing these slices was most
+	// of a round's garbage.
+	for i, e := range due {
+		node := route[i]
+		if node == "" {
+			continue
+		}
 		g := groups[node]
 		if g == nil {
-			g = &group{}
+			g = &group{conns: make([]Edge, 0, conns[node])}
 			groups[node] = g
 		}
 		if e.Kind == abi.FollowerConnection {
@@ -351,8 +365,7 @@ func (p *Pump) Round(ctx context.Context, pub Publisher) (bool, time.Time, error
 		}
 	}
 
-	var mu sync.Mutex // guards updates, connAdvance and prunedConns
-	var connAdvance []int64
+	var mu sync.Mutex // guards updates and prunedConns
 	var wg sync.WaitGroup
 	self := p.members.Self()
 	if tp, ok := p.transport.(TopicPublisher); ok && p.cfg.FanOut == FanOutSubject {
@@ -364,9 +377,6 @@ func (p *Pump) Round(ctx context.Context, pub Publisher) (bool, time.Time, error
 			g.conns = nil
 		}
 		if len(all) > 0 {
-			for _, e := range all {
-				connAdvance = append(connAdvance, e.ID)
-			}
 			if err := tp.PublishTopic(ctx, pub.ID(), events); err != nil {
 				p.log.Warn("topic publish failed", slog.Any("err", err))
 			}
@@ -380,9 +390,8 @@ func (p *Pump) Round(ctx context.Context, pub Publisher) (bool, time.Time, error
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					ids, gone := p.connections(ctx, node, local, []Edge{e}, events, pub.ID())
+					gone := p.connections(ctx, node, local, []Edge{e}, events, pub.ID())
 					mu.Lock()
-					connAdvance = append(connAdvance, ids...)
 					prunedConns = append(prunedConns, gone...)
 					mu.Unlock()
 				}()
@@ -393,9 +402,8 @@ func (p *Pump) Round(ctx context.Context, pub Publisher) (bool, time.Time, error
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				ids, gone := p.connections(ctx, node, local, g.conns, events, pub.ID())
+				gone := p.connections(ctx, node, local, g.conns, events, pub.ID())
 				mu.Lock()
-				connAdvance = append(connAdvance, ids...)
 				prunedConns = append(prunedConns, gone...)
 				mu.Unlock()
 			}()
@@ -425,9 +433,12 @@ func (p *Pump) Round(ctx context.Context, pub Publisher) (bool, time.Time, error
 		if pruned > 0 {
 			p.obs.Pruned("connection", pruned)
 		}
-		// Connection edges advance whether or not their pushes landed.
-		if err := tx.AdvanceEdges(connAdvance, through); err != nil {
-			return err
+		// Connection edges advance whether or not their pushes landed,
+		// all of them to through: one row records it.
+		if len(conns) > 0 {
+			if err := tx.AdvanceConnections(through); err != nil {
+				return err
+			}
 		}
 		for _, u := range updates {
 			if u.drop {
@@ -459,10 +470,9 @@ func dedupe(s []string) []string {
 }
 
 // connections sends one batch to node carrying the events once beside
-// every connection edge there. It returns the edges to advance (all of
-// them: at-most-once, a push that did not land is not retried) and the
-// connections to prune.
-func (p *Pump) connections(ctx context.Context, node string, local bool, edges []Edge, events []abi.Event, pub string) ([]int64, []string) {
+// every connection edge there. It returns the connections to prune. Every
+// edge advances (at-most-once: a push that did not land is not retried).
+func (p *Pump) connections(ctx context.Context, node string, local bool, edges []Edge, events []abi.Event, pub string) []string {
 	after := edges[0].Cursor
 	topics := map[string]bool{}
 	b := &ConnBatch{Publisher: pub, Edges: make([]ConnEdge, 0, len(edges))}
@@ -477,21 +487,17 @@ func (p *Pump) connections(ctx context.Context, node string, local bool, edges [
 			b.Events = append(b.Events, ev)
 		}
 	}
-	ups := make([]int64, 0, len(edges))
-	for _, e := range edges {
-		ups = append(ups, e.ID)
-	}
 	if len(b.Events) == 0 {
-		return ups, nil
+		return nil
 	}
 	p.obs.ConnBatchSent(node, local, len(b.Events), len(b.Edges))
 	res, err := p.transport.Connections(ctx, node, b)
 	if err != nil {
 		// At-most-once: a batch that did not land is not retried.
 		p.log.Warn("connection batch failed", slog.String("node", node), slog.Any("err", err))
-		return ups, nil
+		return nil
 	}
-	return ups, append(res.Refused, res.Gone...)
+	return append(res.Refused, res.Gone...)
 }
 
 // object makes one delivery down one object edge.

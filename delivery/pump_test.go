@@ -646,3 +646,77 @@ func TestBackoffDefaults(t *testing.T) {
 		t.Fatalf("last wait %v, want 32s", c.Backoff(7))
 	}
 }
+
+// Connection edges' cursors advance together through one row (the
+// connection floor): each connection still gets every event after its own
+// start exactly once and in order, across batches, a re-follow, a file
+// reopened (the edge cache rebuilt from the rows) and a failing object
+// follower whose own cursor the floor must not move.
+//
+// conformance: D04 D14 D24
+func TestConnectionCursorsMoveTogether(t *testing.T) {
+	pb := newPub(t)
+	net := newNet()
+	cfg := delivery.DefaultConfig()
+	cfg.BatchEvents = 3 // several rounds per drain
+	p := delivery.NewPump(cfg, net, net, &nopObs{}, slog.Default())
+	in1 := net.conn("A", "A.1", 1000)
+	in2 := net.conn("A", "A.2", 1000)
+	pb.follow(t, abi.FollowerConnection, "A.1", "A", "t", "")
+	net.fail["tally/1"] = 1 << 30 // never succeeds: its cursor stays put
+	pb.follow(t, abi.FollowerObject, "tally/1", "A", "t", "")
+	want1 := []uint64{}
+	publish := func(n int) {
+		for i := 0; i < n; i++ {
+			pb.publish(t, "t", "x")
+		}
+	}
+	publish(7)
+	drain(t, p, pb)
+	want1 = append(want1, 1, 2, 3, 4, 5, 6, 7)
+	e2 := pb.follow(t, abi.FollowerConnection, "A.2", "A", "t", "")
+	if e2.Cursor != 7 {
+		t.Fatalf("new connection edge starts at %d, want the head 7", e2.Cursor)
+	}
+	publish(2)
+	drain(t, p, pb)
+	want1 = append(want1, 8, 9)
+	// Following again keeps the cursor, which is the floor's, not the row's.
+	if again := pb.follow(t, abi.FollowerConnection, "A.1", "A", "t", ""); again.Cursor != 9 {
+		t.Fatalf("re-follow reports cursor %d, want 9", again.Cursor)
+	}
+	check := func(stage string) {
+		t.Helper()
+		for _, e := range pb.edges(t) {
+			want := uint64(9)
+			if e.Kind == abi.FollowerObject {
+				want = 0
+			}
+			if e.Cursor != want {
+				t.Fatalf("%s: edge %s cursor %d, want %d", stage, e.Follower, e.Cursor, want)
+			}
+		}
+	}
+	check("after delivery")
+
+	// Reopen the file: the cache is rebuilt from the rows and the floor.
+	path := pb.f.Path()
+	pb.f.Close()
+	f, err := delivery.OpenFile(context.Background(), path, delivery.SyncNormal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	pb.f = f
+	check("after reopen")
+	drain(t, p, pb) // nothing is owed to the connections
+	publish(4)
+	drain(t, p, pb)
+	want1 = append(want1, 10, 11, 12, 13)
+	if got := seqs(in1.items); !slices.Equal(got, want1) {
+		t.Fatalf("A.1 got %v, want %v", got, want1)
+	}
+	if got := seqs(in2.items); !slices.Equal(got, []uint64{8, 9, 10, 11, 12, 13}) {
+		t.Fatalf("A.2 got %v", got)
+	}
+}
