@@ -410,3 +410,43 @@ func TestS01_StreamOnAnotherNodeReadsTheHome(t *testing.T) {
 		t.Fatal("the stream activated the object on the other node")
 	}
 }
+
+// S04: after the node's NATS connection reconnects, every subscription
+// publishes an empty hint (and drains on its receipt): with the idle
+// watchdog set to an hour, only the reconnect can send it. The stream is
+// still live afterwards.
+func TestS04_ReconnectPublishesAHint(t *testing.T) {
+	t.Parallel()
+	n, _ := startNode(t, func(c *host.Config) { c.Streams.Idle = time.Hour })
+	upload(t, n, "chat", "chat")
+	obj := host.ObjectID{Program: "chat", ID: "rc"}
+	got := make(chan *nats.Msg, 100)
+	sub, err := n.NATSConn().ChanSubscribe(host.HintSubject(obj), got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	n.NATSConn().Flush()
+	s := openStream(t, n.URL(), "chat/rc", "after=0", "")
+	dcall(t, client(n), "chat/rc", "post", `{"author":"a","text":"before"}`)
+	s.waitSeqs(1)
+	time.Sleep(100 * time.Millisecond)
+	for len(got) > 0 {
+		<-got // the startup hint and the commit's
+	}
+	t0 := time.Now()
+	if err := n.NATSConn().ForceReconnect(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-got:
+		if len(m.Data) != 0 {
+			t.Fatalf("reconnect hint carries %q", m.Data)
+		}
+		t.Logf("hint %v after the forced reconnect", time.Since(t0))
+	case <-time.After(20 * time.Second):
+		t.Fatal("no hint after NATS reconnected")
+	}
+	dcall(t, client(n), "chat/rc", "post", `{"author":"a","text":"after"}`)
+	s.waitSeqs(1, 2)
+}
