@@ -12,13 +12,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/durable-host/host/host"
 	"github.com/durable-host/host/vm/vmtest"
 )
 
 // startClusterNode runs `host serve` in a cluster of routes as its own
 // process; the caller waits for it with waitHealthy.
-func startClusterNode(t *testing.T, bin, data, addr string, route string, peers []string) *server {
+func startClusterNode(t *testing.T, bin, data, addr string, route string, peers []string, more ...string) *server {
 	t.Helper()
 	// A cluster name of its own: a stray route from another test's cluster
 	// is refused instead of merging.
@@ -27,14 +30,17 @@ func startClusterNode(t *testing.T, bin, data, addr string, route string, peers 
 	for _, p := range peers {
 		extra = append(extra, "--nats-routes", "nats://"+p)
 	}
-	return spawnServer(t, bin, data, addr, extra...)
+	return spawnServer(t, bin, data, addr, append(extra, more...)...)
 }
 
 // TestD21_KillNodeHoldingSockets runs three `host serve` processes in a
 // cluster, watches a room from two of them, kills one with SIGKILL and
 // checks: delivery to the other watcher goes on, the dead node's
 // connection edges are pruned, and its objects answer "unavailable" at
-// once instead of hanging.
+// once instead of hanging. The killed node is made the leader of the lease
+// bucket first: while NATS elects a new one no lease can be renewed, and
+// the survivors' leases must outlast that (they are checked a full lease
+// TTL after the kill).
 //
 // conformance: D13 D21
 func TestD21_KillNodeHoldingSockets(t *testing.T) {
@@ -45,6 +51,7 @@ func TestD21_KillNodeHoldingSockets(t *testing.T) {
 	bin := hostBinary(t)
 	addrs := []string{freePort(t), freePort(t), freePort(t)}
 	routes := []string{freePort(t), freePort(t), freePort(t)}
+	natsClient := freePort(t) // node 0's NATS client port, to move the lease leader
 	servers := make([]*server, 3)
 	for i := range servers {
 		var peers []string
@@ -53,7 +60,11 @@ func TestD21_KillNodeHoldingSockets(t *testing.T) {
 				peers = append(peers, r)
 			}
 		}
-		servers[i] = startClusterNode(t, bin, t.TempDir(), addrs[i], routes[i], peers)
+		var more []string
+		if i == 0 {
+			more = []string{"--nats-listen", natsClient}
+		}
+		servers[i] = startClusterNode(t, bin, t.TempDir(), addrs[i], routes[i], peers, more...)
 	}
 	for i, s := range servers {
 		waitHealthy(t, addrs[i], s)
@@ -129,9 +140,11 @@ func TestD21_KillNodeHoldingSockets(t *testing.T) {
 	cs[0].Call(ctx, "chat/room1", "post", []byte(`{"text":"before"}`))
 	waitFor("both watchers see the first post", func() bool { return count(1) == 1 && count(2) == 1 })
 
+	moveLeaseLeader(t, natsClient, "host-"+routes[2])
 	var health struct{ Node string }
 	cs[2].Get(ctx, "/healthz", &health)
 	servers[2].cmd.Process.Kill()
+	killed := time.Now()
 	<-servers[2].done
 	servers[2].waited = true
 
@@ -163,6 +176,20 @@ func TestD21_KillNodeHoldingSockets(t *testing.T) {
 		}
 		return len(e.Edges) == 1
 	})
+	// A full lease TTL (15 s) after the kill, with the lease bucket's
+	// leader gone, the live nodes are still live: node 1's watcher still
+	// receives and its edge is still there.
+	time.Sleep(time.Until(killed.Add(15*time.Second + 2*time.Second)))
+	if _, err := cs[0].Call(ctx, "chat/room1", "post", []byte(`{"text":"after the lease TTL"}`)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the live node's watcher receives a lease TTL after the kill", func() bool { return count(1) == 7 })
+	var after struct {
+		Edges []struct{ Node string } `json:"edges"`
+	}
+	if err := cs[0].Get(ctx, "/v1/objects/chat/room1/edges", &after); err != nil || len(after.Edges) != 1 {
+		t.Fatalf("edges a lease TTL after the kill: %+v %v", after, err)
+	}
 	// The dead node's object: a clear error, promptly.
 	start := time.Now()
 	var err error
@@ -187,5 +214,44 @@ func TestD21_KillNodeHoldingSockets(t *testing.T) {
 	json.Unmarshal([]byte(got[1][0]), &first)
 	if first["type"] != "event" {
 		t.Fatalf("frame %v", first)
+	}
+}
+
+// moveLeaseLeader makes the server named leader lead the lease bucket's
+// stream, through the JetStream API on a node's client port.
+func moveLeaseLeader(t *testing.T, natsAddr, leader string) {
+	t.Helper()
+	nc, err := nats.Connect("nats://" + natsAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const stream = "KV_host_nodes"
+	for {
+		st, err := js.Stream(ctx, stream)
+		if err == nil {
+			info, err := st.Info(ctx)
+			if err == nil && info.Cluster != nil && info.Cluster.Leader == leader {
+				t.Logf("%s leads the lease bucket", leader)
+				return
+			}
+			if err == nil && info.Cluster != nil && info.Cluster.Leader != "" {
+				req := fmt.Sprintf(`{"placement":{"preferred":%q}}`, leader)
+				if m, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.LEADER.STEPDOWN."+stream, []byte(req)); err == nil {
+					t.Logf("lease leader %s asked to step down for %s: %s", info.Cluster.Leader, leader, m.Data)
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("could not make %s lead the lease bucket", leader)
+		case <-time.After(500 * time.Millisecond):
+		}
 	}
 }
