@@ -3,6 +3,7 @@ package host_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -54,8 +55,9 @@ func startNodeCfg(t *testing.T, cfg host.Config) *host.Node {
 	return n
 }
 
-func clusterWithConfigs(t *testing.T, k int, mutate func(i int, c *host.Config)) ([]*host.Node, []host.Config) {
-	t.Helper()
+// newCluster makes k clustered nodes (not started); when one fails, the
+// others stop waiting for it.
+func newCluster(t *testing.T, k int, mutate func(i int, c *host.Config)) ([]*host.Node, []host.Config, []error) {
 	cfgs := make([]host.Config, k)
 	routes := make([]string, k)
 	for i := range routes {
@@ -64,6 +66,8 @@ func clusterWithConfigs(t *testing.T, k int, mutate func(i int, c *host.Config))
 	name := clusterName(t)
 	nodes := make([]*host.Node, k)
 	errs := make([]error, k)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel) // not before: a node may keep what New was given
 	var wg sync.WaitGroup
 	for i := 0; i < k; i++ {
 		cfg := host.DefaultConfig()
@@ -84,14 +88,40 @@ func clusterWithConfigs(t *testing.T, k int, mutate func(i int, c *host.Config))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			nodes[i], errs[i] = host.New(context.Background(), cfg)
+			nodes[i], errs[i] = host.New(ctx, cfg)
+			if errs[i] != nil {
+				errs[i] = fmt.Errorf("node %d: %w", i, errs[i])
+				cancel()
+			}
 		}()
 	}
 	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("node %d: %v", i, err)
+	return nodes, cfgs, errs
+}
+
+func clusterWithConfigs(t *testing.T, k int, mutate func(i int, c *host.Config)) ([]*host.Node, []host.Config) {
+	t.Helper()
+	// Route ports are picked free and then bound by the node; in a full
+	// parallel run something else can take one in between. That is the
+	// test's doing, not the product's: pick fresh ports and try again.
+	var nodes []*host.Node
+	var cfgs []host.Config
+	for attempt := 1; ; attempt++ {
+		var errs []error
+		nodes, cfgs, errs = newCluster(t, k, mutate)
+		err := errors.Join(errs...)
+		if err == nil {
+			break
 		}
+		for _, n := range nodes {
+			if n != nil {
+				n.Shutdown(context.Background())
+			}
+		}
+		if attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+			t.Fatal(err)
+		}
+		t.Logf("cluster attempt %d: %v", attempt, err)
 	}
 	for _, n := range nodes {
 		if err := n.Start(); err != nil {
@@ -414,4 +444,37 @@ var clusters atomic.Int64
 // uses is refused instead of merging the two clusters.
 func clusterName(t *testing.T) string {
 	return fmt.Sprintf("t%d-%d", os.Getpid(), clusters.Add(1))
+}
+
+// A NATS route or client port already in use is said at once, with the
+// port, instead of a vague timeout.
+func TestNATSPortInUseIsAClearError(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	for _, c := range []struct {
+		name string
+		set  func(*host.Config)
+	}{
+		{"route", func(c *host.Config) {
+			c.NATS.Cluster, c.NATS.Routes = ln.Addr().String(), []string{"nats://" + freeAddr(t)}
+		}},
+		{"client", func(c *host.Config) { c.NATS.Listen = ln.Addr().String() }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := nodeConfig(t.TempDir(), c.set)
+			n, err := host.New(context.Background(), cfg)
+			if err == nil {
+				n.Shutdown(context.Background())
+				t.Fatal("a node started on a port in use")
+			}
+			_, port, _ := net.SplitHostPort(ln.Addr().String())
+			if !strings.Contains(err.Error(), "address already in use") || !strings.Contains(err.Error(), port) {
+				t.Fatalf("error %q does not say the port is in use", err)
+			}
+		})
+	}
 }

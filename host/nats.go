@@ -103,10 +103,23 @@ func startNATS(cfg NATSConfig, storeDir string, log *slog.Logger) (*natsConn, er
 	if err != nil {
 		return nil, err
 	}
+	// The server reports why it cannot start (a port in use) only to its
+	// logger: keep its fatal errors, answer with the first at once, and
+	// pass the rest to the node's log at debug level.
+	nl := &natsLog{log: log, fatal: make(chan string, 1)}
+	srv.SetLoggerV2(nl, false, false, false)
 	go srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
+	ready := make(chan bool, 1)
+	go func() { ready <- srv.ReadyForConnections(10 * time.Second) }()
+	select {
+	case ok := <-ready:
+		if !ok {
+			srv.Shutdown()
+			return nil, errors.New("embedded NATS server did not start within 10s")
+		}
+	case msg := <-nl.fatal:
 		srv.Shutdown()
-		return nil, errors.New("embedded NATS server did not start within 10s")
+		return nil, fmt.Errorf("embedded NATS server: %s", msg)
 	}
 	nc, err := nats.Connect("", nats.InProcessServer(srv), nats.Name("host"))
 	if err != nil {
@@ -126,3 +139,32 @@ func (c *natsConn) close() {
 		c.srv.WaitForShutdown()
 	}
 }
+
+// natsLog is the embedded server's logger: fatal errors (it cannot listen,
+// JetStream cannot start) are kept for startNATS; the rest go to the
+// node's log at debug level, where a route that keeps failing can be seen.
+type natsLog struct {
+	log   *slog.Logger
+	fatal chan string
+}
+
+func (l *natsLog) Fatalf(format string, v ...any) {
+	msg := fmt.Sprintf(format, v...)
+	l.log.Error("embedded NATS", slog.String("fatal", msg))
+	select {
+	case l.fatal <- msg:
+	default:
+	}
+}
+
+func (l *natsLog) Errorf(format string, v ...any) {
+	l.log.Debug("embedded NATS", slog.String("error", fmt.Sprintf(format, v...)))
+}
+
+func (l *natsLog) Warnf(format string, v ...any) {
+	l.log.Debug("embedded NATS", slog.String("warning", fmt.Sprintf(format, v...)))
+}
+
+func (l *natsLog) Noticef(string, ...any) {}
+func (l *natsLog) Debugf(string, ...any)  {}
+func (l *natsLog) Tracef(string, ...any)  {}
