@@ -88,7 +88,9 @@ type Subscription struct {
 	r     StreamReader
 	h     Hints
 	send  func(*abi.Event) error
+	flush func() error
 	sleep func(context.Context, time.Duration) bool
+	sent  bool // sent since the last flush
 
 	cursor     atomic.Uint64
 	positioned bool // the cursor is set: after was given, or the first drain ran
@@ -121,6 +123,12 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 		return true
 	}
 }
+
+// SetFlush sets f to run once at the end of each drain that sent events:
+// a transport that buffers writes pushes a whole catch-up at once instead
+// of once per event. An error from f ends the subscription as a failed
+// send does. Call it before Run.
+func (s *Subscription) SetFlush(f func() error) { s.flush = f }
 
 // Cursor is the seq of the last event sent (or the given after).
 func (s *Subscription) Cursor() uint64 { return s.cursor.Load() }
@@ -186,8 +194,16 @@ func (s *Subscription) Run(ctx context.Context) error {
 	}
 }
 
-// drain sends everything stored after the cursor.
-func (s *Subscription) drain(ctx context.Context) error {
+// drain sends everything stored after the cursor, then flushes.
+func (s *Subscription) drain(ctx context.Context) (err error) {
+	defer func() {
+		if s.sent && s.flush != nil {
+			s.sent = false
+			if ferr := s.flush(); err == nil {
+				err = ferr
+			}
+		}
+	}()
 	if !s.positioned {
 		s.reads.Add(1)
 		e, ok, err := s.r.Latest(ctx)
@@ -199,6 +215,7 @@ func (s *Subscription) drain(ctx context.Context) error {
 			if err := s.send(&e); err != nil {
 				return err
 			}
+			s.sent = true
 			s.cursor.Store(e.Seq)
 		}
 	}
@@ -226,6 +243,7 @@ func (s *Subscription) drain(ctx context.Context) error {
 			if err := s.send(&evs[i]); err != nil {
 				return err
 			}
+			s.sent = true
 			s.cursor.Store(evs[i].Seq)
 		}
 		if len(evs) < s.cfg.Batch && size < s.cfg.BatchBytes {

@@ -413,3 +413,54 @@ func TestStreamReadOfAFileBeingCreated(t *testing.T) {
 		t.Fatalf("a file that does not exist: %v %v", evs, err)
 	}
 }
+
+// A drain that sent events flushes once, after its last batch; a drain
+// that sent nothing does not flush; a failed flush ends the subscription
+// as a failed send does.
+func TestStreamFlushesOncePerDrain(t *testing.T) {
+	l := &memLog{}
+	l.add(10) // three batches of at most 4
+	h := &loopHints{}
+	out := &sink{}
+	var mu sync.Mutex
+	var flushedAt []int // events sent at each flush
+	var failFlush atomic.Bool
+	s := NewSubscription(testStreamConfig(), l, h, zero(), out.send)
+	s.SetFlush(func() error {
+		mu.Lock()
+		flushedAt = append(flushedAt, len(out.got()))
+		mu.Unlock()
+		if failFlush.Load() {
+			return errors.New("client gone")
+		}
+		return nil
+	})
+	flushes := func() []int {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(flushedAt)
+	}
+	_, done := run(t, s)
+	waitFor(t, "the catch-up flushed", func() bool { return len(flushes()) == 1 })
+	if got := flushes(); !slices.Equal(got, []int{10}) {
+		t.Fatalf("flushes after %v events, want one after all 10", got)
+	}
+	reads := l.readCount()
+	h.hint() // nothing new: a read, no flush
+	waitFor(t, "the empty drain", func() bool { return l.readCount() > reads })
+	time.Sleep(20 * time.Millisecond)
+	if got := flushes(); len(got) != 1 {
+		t.Fatalf("an empty drain flushed: %v", got)
+	}
+	failFlush.Store(true)
+	l.add(1)
+	h.hint()
+	select {
+	case err := <-done:
+		if err == nil || err.Error() != "client gone" {
+			t.Fatalf("subscription ended with %v, want the flush error", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a failed flush did not end the subscription")
+	}
+}

@@ -253,12 +253,15 @@ func (n *Node) handleStream(w http.ResponseWriter, r *http.Request, p principal)
 		if _, err := w.Write(buf); err != nil {
 			return err
 		}
-		fl.Flush()
 		n.metrics.streamEvents.Inc()
 		return nil
 	}
 	sub := delivery.NewSubscription(n.cfg.Streams, streamReader{n: n, obj: id, topic: topic, filter: filter},
 		natsHints{nc: n.nats.nc, subject: HintSubject(id)}, after, send)
+	// One flush per drain: a catch-up goes out in full buffers, a live
+	// event at once.
+	rc := http.NewResponseController(w)
+	sub.SetFlush(rc.Flush)
 	n.streams.add(sub)
 	defer n.streams.remove(sub)
 	ctx, cancel := context.WithCancel(r.Context())
