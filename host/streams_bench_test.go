@@ -63,15 +63,35 @@ func openSSE(b *testing.B, base, object, query string) *sseReader {
 
 func (r *sseReader) close() { r.cancel(); <-r.done }
 
-func (r *sseReader) waitSeq(b *testing.B, seq uint64) time.Time {
+func (r *sseReader) waitSeq(b *testing.B, seq uint64) time.Time { return waitLast(b, &r.last, seq) }
+
+// waitLast spins until last reaches seq and returns when it did.
+func waitLast(b *testing.B, last *atomic.Uint64, seq uint64) time.Time {
 	deadline := time.Now().Add(30 * time.Second)
-	for r.last.Load() < seq {
+	for last.Load() < seq {
 		if time.Now().After(deadline) {
-			b.Fatalf("stream at seq %d, want %d", r.last.Load(), seq)
+			b.Fatalf("reader at seq %d, want %d", last.Load(), seq)
 		}
 		runtime.Gosched()
 	}
 	return time.Now()
+}
+
+// measureLive times post → arrive (arrive returns when the posted event
+// is in) b.N times and reports p50 and p99.
+func measureLive(b *testing.B, post func(), arrive func() time.Time) {
+	lat := make([]time.Duration, 0, b.N)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		post()
+		lat = append(lat, arrive().Sub(t0))
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2]), "p50-ns")
+	b.ReportMetric(float64(lat[min(len(lat)-1, len(lat)*99/100)]), "p99-ns")
 }
 
 // BenchmarkStream measures streams (seed 003) through the HTTP surface.
@@ -102,16 +122,7 @@ func BenchmarkStream(b *testing.B) {
 		defer r.close()
 		post()
 		r.waitSeq(b, seq)
-		lat := make([]time.Duration, 0, b.N)
-		b.ReportAllocs()
-		b.ResetTimer()
-		for i := 0; i < b.N; i++ {
-			t0 := time.Now()
-			post()
-			lat = append(lat, r.waitSeq(b, seq).Sub(t0))
-		}
-		b.StopTimer()
-		reportLatency(b, lat)
+		measureLive(b, post, func() time.Time { return r.waitSeq(b, seq) })
 	})
 
 	b.Run("live/websocket", func(b *testing.B) {
@@ -140,16 +151,7 @@ func BenchmarkStream(b *testing.B) {
 				}
 			}
 		}()
-		wait := func() time.Time {
-			deadline := time.Now().Add(30 * time.Second)
-			for last.Load() < seq {
-				if time.Now().After(deadline) {
-					b.Fatalf("watcher at seq %d, want %d", last.Load(), seq)
-				}
-				runtime.Gosched()
-			}
-			return time.Now()
-		}
+		wait := func() time.Time { return waitLast(b, &last, seq) }
 		// The follow lands asynchronously: publish until one arrives.
 		for deadline := time.Now().Add(30 * time.Second); last.Load() == 0; {
 			post()
@@ -159,16 +161,7 @@ func BenchmarkStream(b *testing.B) {
 			}
 		}
 		wait()
-		lat := make([]time.Duration, 0, b.N)
-		b.ReportAllocs()
-		b.ResetTimer()
-		for i := 0; i < b.N; i++ {
-			t0 := time.Now()
-			post()
-			lat = append(lat, wait().Sub(t0))
-		}
-		b.StopTimer()
-		reportLatency(b, lat)
+		measureLive(b, post, wait)
 	})
 
 	const stored = 10000
@@ -211,10 +204,4 @@ func BenchmarkStream(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.N*stored)/b.Elapsed().Seconds(), "events/s")
 	})
-}
-
-func reportLatency(b *testing.B, lat []time.Duration) {
-	slices.Sort(lat)
-	b.ReportMetric(float64(lat[len(lat)/2]), "p50-ns")
-	b.ReportMetric(float64(lat[min(len(lat)-1, len(lat)*99/100)]), "p99-ns")
 }
