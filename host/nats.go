@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -126,6 +127,7 @@ func startNATS(cfg NATSConfig, storeDir string, log *slog.Logger) (*natsConn, er
 		srv.Shutdown()
 		return nil, err
 	}
+	nl.started.Store(true)
 	log.Debug("embedded NATS started", slog.String("client", srv.ClientURL()))
 	return &natsConn{srv: srv, nc: nc}, nil
 }
@@ -140,21 +142,26 @@ func (c *natsConn) close() {
 	}
 }
 
-// natsLog is the embedded server's logger: fatal errors (it cannot listen,
-// JetStream cannot start) are kept for startNATS; the rest go to the
-// node's log at debug level, where a route that keeps failing can be seen.
+// natsLog is the embedded server's logger: fatal errors while it starts
+// (it cannot listen, JetStream cannot start) are kept for startNATS to
+// return, later ones are logged; the rest go to the node's log at debug
+// level, where a route that keeps failing can be seen.
 type natsLog struct {
-	log   *slog.Logger
-	fatal chan string
+	log     *slog.Logger
+	fatal   chan string
+	started atomic.Bool // startNATS returned: fatal errors are logged
 }
 
 func (l *natsLog) Fatalf(format string, v ...any) {
 	msg := fmt.Sprintf(format, v...)
-	l.log.Error("embedded NATS", slog.String("fatal", msg))
-	select {
-	case l.fatal <- msg:
-	default:
+	if !l.started.Load() {
+		select {
+		case l.fatal <- msg: // startNATS returns it
+			return
+		default:
+		}
 	}
+	l.log.Error("embedded NATS", slog.String("fatal", msg))
 }
 
 func (l *natsLog) Errorf(format string, v ...any) {
