@@ -225,8 +225,7 @@ func (n *Node) handleStream(w http.ResponseWriter, r *http.Request, p principal)
 		}
 		after = &v
 	}
-	fl, ok := w.(http.Flusher)
-	if !ok {
+	if _, ok := w.(http.Flusher); !ok {
 		n.failAs(w, p, fmt.Errorf("streaming is not supported on this connection"))
 		return
 	}
@@ -240,7 +239,8 @@ func (n *Node) handleStream(w http.ResponseWriter, r *http.Request, p principal)
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	fl.Flush()
+	rc := http.NewResponseController(w)
+	rc.Flush()
 
 	var buf []byte
 	send := func(e *abi.Event) error {
@@ -260,7 +260,6 @@ func (n *Node) handleStream(w http.ResponseWriter, r *http.Request, p principal)
 		natsHints{nc: n.nats.nc, subject: HintSubject(id)}, after, send)
 	// One flush per drain: a catch-up goes out in full buffers, a live
 	// event at once.
-	rc := http.NewResponseController(w)
 	sub.SetFlush(rc.Flush)
 	n.streams.add(sub)
 	defer n.streams.remove(sub)
@@ -280,5 +279,5 @@ func (n *Node) handleStream(w http.ResponseWriter, r *http.Request, p principal)
 	n.log.Debug("stream ended", slog.String("object", id.String()), slog.Any("err", err))
 	b, _ := json.Marshal(map[string]string{"error": p.strip(err.Error())})
 	fmt.Fprintf(w, "event: error\ndata: %s\n\n", b)
-	fl.Flush()
+	rc.Flush()
 }

@@ -174,7 +174,8 @@ func TestNoAuthNeedsNoToken(t *testing.T) {
 // TestTenantIsolationMatrix: tenant B's token against every route and the
 // WebSocket surface for tenant A's programs, objects and edges: each is
 // denied with a 404 (or a refused follow) that does not name tenant A, and
-// A's state is unchanged afterwards. Streams are not built yet (seed 003).
+// A's state is unchanged afterwards. Streams have their own test,
+// TestStreamsAreTenantScoped.
 func TestTenantIsolationMatrix(t *testing.T) {
 	t.Parallel()
 	n, op := authNode(t, nil)
