@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -169,11 +170,6 @@ func (n *Node) handleConnect(w http.ResponseWriter, r *http.Request, p principal
 		n.failAs(w, p, err)
 		return
 	}
-	m, err := n.programs.module(r.Context(), pr.Digest, nil)
-	if err != nil {
-		n.failAs(w, p, err)
-		return
-	}
 	release, err := n.usage.of(p.tenant).openConn()
 	if err != nil {
 		n.failAs(w, p, err)
@@ -191,7 +187,7 @@ func (n *Node) handleConnect(w http.ResponseWriter, r *http.Request, p principal
 		n:        n,
 		who:      p,
 		attached: id,
-		useEvent: m.Has(abi.HandlerEvent),
+		useEvent: slices.Contains(pr.Handlers, "event"),
 		ws:       ws,
 		inbox:    make(chan *delivery.Item, n.dcfg.Inbox),
 		ctrl:     make(chan []byte, 16),

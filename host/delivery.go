@@ -273,7 +273,20 @@ func (n *Node) followLocal(ctx context.Context, publisherID ObjectID, req abi.Fo
 		return delivery.Edge{}, err
 	}
 	defer n.objects.release(o)
-	lctx, cancel := context.WithTimeout(ctx, followLockWait)
+	// A cold publisher compiles its module first, outside its lock, so a
+	// herd of follows waits for one compile, not for each other's turn.
+	if err := n.programs.warm(ctx, publisherID.Program); err != nil {
+		return delivery.Edge{}, err
+	}
+	// A follow from inside a handler holds the follower's lock: it waits
+	// only briefly, so two objects following each other cannot deadlock.
+	// A socket's follow holds nothing and may wait for an activation and
+	// a handler ahead of it.
+	wait := followLockWait
+	if req.Kind == abi.FollowerConnection {
+		wait = max(n.cfg.VM.Budget, n.cfg.VM.InitBudget) + n.cfg.VM.Budget
+	}
+	lctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	if err := o.lock(lctx); err != nil {
 		return delivery.Edge{}, fmt.Errorf("%w: publisher %s is busy: %v", ErrUnavailable, publisherID, err)

@@ -77,6 +77,19 @@ func newMetrics() *metrics {
 	return m
 }
 
+// engineCounters exposes the engine's compiles and compiled modules.
+func (m *metrics) engineCounters(e interface {
+	Compiles() int64
+	Compiled() int
+}) {
+	m.reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "host_module_compiles_total", Help: "Modules compiled by this node (once per digest while in use)."},
+			func() float64 { return float64(e.Compiles()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "host_modules_compiled", Help: "Distinct modules held compiled."},
+			func() float64 { return float64(e.Compiled()) }),
+	)
+}
+
 // connectionCounters exposes the connections' own frame counts.
 func (m *metrics) connectionCounters(cs *conns) {
 	m.reg.MustRegister(

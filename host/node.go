@@ -237,6 +237,7 @@ func (n *Node) open(ctx context.Context) error {
 	if n.engine, err = vm.New(ctx, cfg.VM); err != nil {
 		return err
 	}
+	n.metrics.engineCounters(n.engine)
 	if n.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}

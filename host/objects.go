@@ -224,6 +224,10 @@ func (r *objects) count() int {
 func (o *object) close() {
 	o.closed = true
 	o.dropInstance()
+	if o.module != nil {
+		o.module.Close(context.Background())
+		o.module = nil
+	}
 	if o.file != nil {
 		o.file.Close()
 		o.file = nil

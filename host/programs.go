@@ -82,8 +82,9 @@ type programs struct {
 	kv     jetstream.KeyValue
 	blobs  jetstream.ObjectStore
 
-	// mu guards compiled, the modules compiled by this node, by digest,
-	// and newest, the latest version of each name.
+	// mu guards compiled, this node's own references to the modules of
+	// the newest versions, by digest, and newest, the latest version of
+	// each name.
 	mu       sync.Mutex
 	compiled map[string]*vm.Module
 	newest   map[string]Program
@@ -136,7 +137,7 @@ func (p *programs) watch(ctx context.Context) {
 		var vs []Program
 		if json.Unmarshal(e.Value(), &vs) == nil && len(vs) > 0 {
 			p.mu.Lock()
-			p.newest[e.Key()] = vs[len(vs)-1]
+			p.setNewestLocked(vs[len(vs)-1], nil)
 			p.mu.Unlock()
 		}
 	}
@@ -177,10 +178,16 @@ func (p *programs) upload(ctx context.Context, name string, wasm []byte) (Progra
 	if err := ValidateQualifiedProgram(name); err != nil {
 		return Program{}, false, err
 	}
-	m, err := p.module(ctx, vm.Digest(wasm), wasm)
+	m, err := p.load(ctx, vm.Digest(wasm), wasm)
 	if err != nil {
 		return Program{}, false, err
 	}
+	kept := false
+	defer func() {
+		if !kept {
+			m.Close(ctx)
+		}
+	}()
 	if err := p.storeLocal(m.Digest, wasm); err != nil {
 		return Program{}, false, err
 	}
@@ -209,7 +216,8 @@ func (p *programs) upload(ctx context.Context, name string, wasm []byte) (Progra
 			continue // another upload won the race: read again
 		}
 		p.mu.Lock()
-		p.newest[name] = pr
+		p.setNewestLocked(pr, m)
+		kept = true
 		p.mu.Unlock()
 		return pr, true, nil
 	}
@@ -228,14 +236,54 @@ func (p *programs) storeLocal(digest string, wasm []byte) error {
 	return os.Rename(tmp, path)
 }
 
-// module returns the compiled module for digest, compiling wasm (or the
-// stored module when wasm is nil: the local copy, else the cluster's) on
-// first use.
+// module returns a reference to the compiled module for digest, which the
+// caller closes when done with it: from the engine if it holds it, else
+// compiling wasm (or the stored module when wasm is nil: the local copy,
+// else the cluster's). The engine compiles each digest once at a time.
 func (p *programs) module(ctx context.Context, digest string, wasm []byte) (*vm.Module, error) {
+	m, err := p.load(ctx, digest, wasm)
+	if err != nil {
+		return nil, err
+	}
+	p.keepIfNewest(digest)
+	return m, nil
+}
+
+// warm makes sure the newest version of name is compiled on this node, so
+// an activation waiting for it holds no object's lock meanwhile.
+func (p *programs) warm(ctx context.Context, name string) error {
+	pr, err := p.latest(ctx, name)
+	if err != nil {
+		return err
+	}
+	m, err := p.module(ctx, pr.Digest, nil)
+	if err != nil {
+		return err
+	}
+	return m.Close(ctx)
+}
+
+// keepIfNewest keeps a reference of the programs' own to digest's module
+// while it is the newest version of some name, so its code outlives the
+// objects running it and the next activation does not compile again.
+func (p *programs) keepIfNewest(digest string) {
 	p.mu.Lock()
-	m, ok := p.compiled[digest]
-	p.mu.Unlock()
-	if ok {
+	defer p.mu.Unlock()
+	if _, ok := p.compiled[digest]; ok {
+		return
+	}
+	for _, pr := range p.newest {
+		if pr.Digest == digest {
+			if m, ok := p.engine.Acquire(digest); ok {
+				p.compiled[digest] = m
+			}
+			return
+		}
+	}
+}
+
+func (p *programs) load(ctx context.Context, digest string, wasm []byte) (*vm.Module, error) {
+	if m, ok := p.engine.Acquire(digest); ok {
 		return m, nil
 	}
 	if wasm == nil {
@@ -250,18 +298,37 @@ func (p *programs) module(ctx context.Context, digest string, wasm []byte) (*vm.
 			}
 		}
 	}
-	m, err := p.engine.Compile(ctx, wasm)
-	if err != nil {
-		return nil, err
+	return p.engine.Compile(ctx, wasm)
+}
+
+// setNewest records pr as the newest version of its name and keeps that
+// version's module compiled (when this node has it), giving back the
+// reference kept for the version it replaces unless another name's newest
+// uses the same module. Objects running the old version hold references
+// of their own, so its code is closed only when the last of them is done.
+// Called with mu held.
+func (p *programs) setNewestLocked(pr Program, m *vm.Module) {
+	old, had := p.newest[pr.Name]
+	p.newest[pr.Name] = pr
+	if m != nil {
+		if _, kept := p.compiled[pr.Digest]; kept {
+			m.Close(context.Background())
+		} else {
+			p.compiled[pr.Digest] = m
+		}
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if prev, ok := p.compiled[digest]; ok {
-		m.Close(ctx)
-		return prev, nil
+	if !had || old.Digest == pr.Digest {
+		return
 	}
-	p.compiled[digest] = m
-	return m, nil
+	for _, n := range p.newest {
+		if n.Digest == old.Digest {
+			return
+		}
+	}
+	if km, ok := p.compiled[old.Digest]; ok {
+		delete(p.compiled, old.Digest)
+		km.Close(context.Background())
+	}
 }
 
 func unknownProgram(name string) error {
@@ -291,7 +358,7 @@ func (p *programs) latestFresh(ctx context.Context, name string) (Program, error
 	}
 	pr := vs[len(vs)-1]
 	p.mu.Lock()
-	p.newest[name] = pr
+	p.setNewestLocked(pr, nil)
 	p.mu.Unlock()
 	return pr, nil
 }

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tetratelabs/wazero"
@@ -138,6 +139,13 @@ type Engine struct {
 	mu   sync.Mutex
 	live map[*Instance]struct{}
 
+	// codeMu guards codes, the compiled modules by digest, and their
+	// reference counts. Never held while compiling.
+	codeMu sync.Mutex
+	codes  map[string]*code
+	// compiles counts modules compiled (not served from codes).
+	compiles atomic.Int64
+
 	stop    chan struct{}
 	stopped chan struct{}
 	closeMu sync.Once
@@ -177,6 +185,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		cfg: cfg, rt: rt, cache: cache,
 		budget: int64(cfg.Budget), initBudget: int64(max(cfg.Budget, cfg.InitBudget)),
 		live:    map[*Instance]struct{}{},
+		codes:   map[string]*code{},
 		stop:    make(chan struct{}),
 		stopped: make(chan struct{}),
 		base:    time.Now(),
@@ -231,8 +240,18 @@ func (e *Engine) watchdog() {
 	}
 }
 
-// Module is a compiled, validated program.
+// Module is one holder's reference to a compiled, validated program. The
+// engine compiles each digest once and shares the code: every Compile or
+// Acquire returns a reference of its own, which its holder gives back with
+// Close; the code is closed when the last reference is.
 type Module struct {
+	*code
+	closed atomic.Bool
+}
+
+// code is one compiled module, shared by every reference to its digest.
+type code struct {
+	engine   *Engine
 	compiled wazero.CompiledModule
 	// Digest is the sha256 of the module bytes, hex.
 	Digest string
@@ -242,13 +261,24 @@ type Module struct {
 	Exports []string
 	// Handlers is the abi.Handler* bit set of optional handlers present.
 	Handlers int32
+
+	// Guarded by Engine.codeMu.
+	refs  int
+	ready chan struct{} // closed when the compile ended
+	err   error         // the compile's failure, once ready
 }
 
 // Has reports whether the module has the optional handler bit h.
 func (m *Module) Has(h int32) bool { return m.Handlers&h != 0 }
 
-// Close releases the compiled code.
-func (m *Module) Close(ctx context.Context) error { return m.compiled.Close(ctx) }
+// Close gives this reference back; the compiled code is closed with the
+// last one. Closing a reference twice is a no-op.
+func (m *Module) Close(ctx context.Context) error {
+	if m == nil || !m.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	return m.engine.release(ctx, m.code)
+}
 
 // Digest returns the hex sha256 of b, the content address of a module.
 func Digest(b []byte) string {
@@ -259,6 +289,13 @@ func Digest(b []byte) string {
 // Compile compiles and validates a module: it must be wasm, within the size
 // limit, import only the host module and WASI, export host_abi_version
 // reporting abi.Version and call, and initialize within the budget.
+//
+// Each digest is compiled once at a time: concurrent calls with the same
+// bytes wait for one compile and share its code, and it stays compiled
+// while any reference is open. wazero shares the code of modules compiled
+// from the same bytes, so closing a duplicate would free code others still
+// instantiate from (wazero issue 2336); and a herd of first uses compiling
+// one module each cost gigabytes.
 func (e *Engine) Compile(ctx context.Context, wasm []byte) (*Module, error) {
 	if len(wasm) > e.cfg.MaxModuleSize {
 		return nil, fmt.Errorf("%w: module is %d bytes, the limit is %d", ErrInvalidModule, len(wasm), e.cfg.MaxModuleSize)
@@ -266,22 +303,105 @@ func (e *Engine) Compile(ctx context.Context, wasm []byte) (*Module, error) {
 	if len(wasm) < 8 || string(wasm[:4]) != "\x00asm" {
 		return nil, fmt.Errorf("%w: not a WebAssembly module (no \\0asm header)", ErrInvalidModule)
 	}
+	digest := Digest(wasm)
+	e.codeMu.Lock()
+	c, ok := e.codes[digest]
+	if !ok {
+		c = &code{engine: e, Digest: digest, Size: len(wasm), ready: make(chan struct{})}
+		e.codes[digest] = c
+	}
+	c.refs++
+	e.codeMu.Unlock()
+	if ok {
+		<-c.ready
+		if c.err != nil {
+			e.release(ctx, c)
+			return nil, c.err
+		}
+		return &Module{code: c}, nil
+	}
+	err := e.compile(ctx, c, wasm)
+	e.codeMu.Lock()
+	c.err = err
+	if err != nil && e.codes[digest] == c {
+		// A failed compile is not cached: the same bytes are tried again
+		// next time (the failure may have been a cancelled context).
+		delete(e.codes, digest)
+	}
+	e.codeMu.Unlock()
+	close(c.ready)
+	if err != nil {
+		e.release(ctx, c)
+		return nil, err
+	}
+	return &Module{code: c}, nil
+}
+
+// Acquire returns a new reference to the compiled module for digest if the
+// engine holds it, without its bytes.
+func (e *Engine) Acquire(digest string) (*Module, bool) {
+	e.codeMu.Lock()
+	c, ok := e.codes[digest]
+	if ok {
+		c.refs++
+	}
+	e.codeMu.Unlock()
+	if !ok {
+		return nil, false
+	}
+	<-c.ready
+	if c.err != nil {
+		e.release(context.Background(), c)
+		return nil, false
+	}
+	return &Module{code: c}, true
+}
+
+// release drops one reference to c, closing its code with the last.
+func (e *Engine) release(ctx context.Context, c *code) error {
+	e.codeMu.Lock()
+	defer e.codeMu.Unlock()
+	c.refs--
+	if c.refs > 0 {
+		return nil
+	}
+	if e.codes[c.Digest] == c {
+		delete(e.codes, c.Digest)
+	}
+	if c.compiled != nil {
+		return c.compiled.Close(ctx)
+	}
+	return nil
+}
+
+// Compiles reports how many times the engine has compiled a module: once
+// per digest while any reference to it is open.
+func (e *Engine) Compiles() int64 { return e.compiles.Load() }
+
+// Compiled reports how many distinct modules the engine holds compiled.
+func (e *Engine) Compiled() int {
+	e.codeMu.Lock()
+	defer e.codeMu.Unlock()
+	return len(e.codes)
+}
+
+func (e *Engine) compile(ctx context.Context, c *code, wasm []byte) error {
+	e.compiles.Add(1)
 	if err := checkBounds(wasm); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalidModule, err)
+		return fmt.Errorf("%w: %v", ErrInvalidModule, err)
 	}
 	cm, err := e.rt.CompileModule(ctx, wasm)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalidModule, err)
+		return fmt.Errorf("%w: %v", ErrInvalidModule, err)
 	}
-	m := &Module{compiled: cm, Digest: Digest(wasm), Size: len(wasm)}
-	if err := e.check(ctx, m); err != nil {
-		cm.Close(ctx)
-		return nil, err
+	c.compiled = cm
+	if err := e.check(ctx, c); err != nil {
+		return err
 	}
-	return m, nil
+	return nil
 }
 
-func (e *Engine) check(ctx context.Context, m *Module) error {
+func (e *Engine) check(ctx context.Context, m *code) error {
 	cm := m.compiled
 	for _, imp := range cm.ImportedFunctions() {
 		mod, name, _ := imp.Import()
@@ -321,7 +441,7 @@ func (e *Engine) check(ctx context.Context, m *Module) error {
 	}
 	// Instantiate once: runs _initialize under the budget and asks the module
 	// its ABI version and handlers.
-	inst, err := e.Instantiate(ctx, m)
+	inst, err := e.Instantiate(ctx, &Module{code: m})
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidModule, err)
 	}

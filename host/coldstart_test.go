@@ -1,0 +1,126 @@
+package host_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	host "github.com/durable-host/host/host"
+)
+
+// TestColdStartHerd: a node restarted with programs stored takes a burst of
+// concurrent first uses (calls to objects not yet active, WebSocket
+// connects that follow) three restarts in a row. Every request is
+// answered, and each module is compiled once per restart however many
+// first uses wait for it: concurrent compiles of one module used to panic
+// the node (closing a duplicate freed the code wazero shares between them)
+// and cost a gigabyte per thousand connects.
+func TestColdStartHerd(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	n := startNodeIn(t, dir, nil)
+	for _, p := range []string{"counter", "counter-rust", "chat"} {
+		upload(t, n, p, p)
+	}
+	shut(t, n)
+	const goCalls, rustCalls, sockets, rooms = 20, 100, 100, 10
+	for round := range 3 {
+		n := startNodeIn(t, dir, nil)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		errs := make(chan error, goCalls+rustCalls+sockets)
+		for i := range goCalls + rustCalls {
+			prog := "counter"
+			if i >= goCalls {
+				prog = "counter-rust"
+			}
+			wg.Go(func() {
+				<-start
+				obj := fmt.Sprintf("%s/r%d-%d", prog, round, i)
+				resp, err := http.Post(n.URL()+"/v1/objects/"+obj+"/inc", "", nil)
+				if err != nil {
+					errs <- fmt.Errorf("%s inc: %v", obj, err)
+					return
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK || string(b) != "1" {
+					errs <- fmt.Errorf("%s inc: HTTP %d %q", obj, resp.StatusCode, b)
+				}
+			})
+		}
+		for i := range sockets {
+			wg.Go(func() {
+				<-start
+				if err := coldFollow(n.URL(), fmt.Sprintf("chat/r%d-room%d", round, i%rooms)); err != nil {
+					errs <- err
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		close(errs)
+		failed := 0
+		for err := range errs {
+			if failed++; failed <= 5 {
+				t.Errorf("round %d: %v", round, err)
+			}
+		}
+		if failed > 0 {
+			t.Fatalf("round %d: %d of %d first requests failed", round, failed, goCalls+rustCalls+sockets)
+		}
+		c := client(n)
+		if got := metric(t, c, "host_module_compiles_total"); got != 3 {
+			t.Fatalf("round %d: %v module compiles for a burst of first uses of 3 modules, want 3 (one each)", round, got)
+		}
+		shut(t, n)
+	}
+}
+
+// coldFollow connects a WebSocket to room, follows its messages and waits
+// for the answer.
+func coldFollow(base, room string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	id, _ := host.ParseObjectID(room)
+	url := "ws" + strings.TrimPrefix(base, "http") + "/v1/objects/" + id.Program + "/" + id.ID + "/connect"
+	ws, _, err := websocket.Dial(ctx, url, nil)
+	if err != nil {
+		return fmt.Errorf("connect %s: %v", room, err)
+	}
+	defer ws.CloseNow()
+	if err := ws.Write(ctx, websocket.MessageText, []byte(`{"type":"follow","topic":"messages"}`)); err != nil {
+		return fmt.Errorf("follow %s: %v", room, err)
+	}
+	for {
+		_, b, err := ws.Read(ctx)
+		if err != nil {
+			return fmt.Errorf("follow %s: %v", room, err)
+		}
+		var f struct{ Type, Error string }
+		json.Unmarshal(b, &f)
+		switch f.Type {
+		case "followed":
+			return nil
+		case "error":
+			return fmt.Errorf("follow %s: %s", room, f.Error)
+		}
+	}
+}
+
+func shut(t *testing.T, n *host.Node) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := n.Shutdown(ctx); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+}
