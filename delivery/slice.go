@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"strconv"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/durable-host/host/abi"
@@ -16,6 +17,39 @@ type Item struct {
 	// Envelope is the forward envelope: the frame written to a socket whose
 	// program has no event export.
 	Envelope []byte
+
+	// memoMu guards memo, the frames shaped from this item by key.
+	memoMu sync.Mutex
+	memo   []*shaped
+}
+
+type shaped struct {
+	key   string
+	done  chan struct{}
+	frame []byte
+	err   error
+}
+
+// Shape returns the frame shape makes of this item under key, running shape
+// once per key however many inboxes share the item: concurrent callers
+// with the same key wait for the first. The host keys by program version
+// and attached object, so a node runs an event export once per event for
+// all its sockets of one object, not once per socket.
+func (it *Item) Shape(key string, shape func() ([]byte, error)) ([]byte, error) {
+	it.memoMu.Lock()
+	for _, s := range it.memo {
+		if s.key == key {
+			it.memoMu.Unlock()
+			<-s.done
+			return s.frame, s.err
+		}
+	}
+	s := &shaped{key: key, done: make(chan struct{})}
+	it.memo = append(it.memo, s)
+	it.memoMu.Unlock()
+	defer close(s.done)
+	s.frame, s.err = shape()
+	return s.frame, s.err
 }
 
 // NewItem wraps an event and encodes its forward envelope.

@@ -364,7 +364,7 @@ func (c *conn) writeLoop() {
 				c.envelopes.Add(1)
 				break
 			}
-			out, err := c.n.runEvent(c.ctx, c.attached, &it.Event)
+			out, err := c.n.shaper.frame(c.n.bgContext, c.attached, it)
 			if errors.Is(err, vm.ErrSkip) {
 				continue
 			}

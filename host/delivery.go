@@ -502,28 +502,6 @@ func (n *Node) resumePublishers(ctx context.Context) error {
 	return rows.Err()
 }
 
-// runEvent runs the event export of the connection's program on an item,
-// on the object the connection is attached to.
-func (n *Node) runEvent(ctx context.Context, id ObjectID, ev *abi.Event) ([]byte, error) {
-	o, err := n.objects.acquire(id)
-	if err != nil {
-		return nil, err
-	}
-	defer n.objects.release(o)
-	if err := o.lock(ctx); err != nil {
-		return nil, err
-	}
-	defer o.unlock()
-	var frame []byte
-	err = o.handle(ctx, func(h *objectHost) error {
-		n.metrics.eventCalls.Inc()
-		var err error
-		frame, err = o.inst.Event(h, ev)
-		return err
-	})
-	return frame, err
-}
-
 // nodeGone runs when a node's lease ends: every active publisher runs a
 // round, pruning the edges of connections that lived there.
 func (n *Node) nodeGone(id string) {

@@ -158,6 +158,7 @@ type Node struct {
 	db       *sql.DB
 	engine   *vm.Engine
 	programs *programs
+	shaper   *shaper
 	tenants  *tenants // nil without Auth
 	usage    *usage
 	objects  *objects
@@ -269,6 +270,7 @@ func (n *Node) open(ctx context.Context) error {
 	if err := errors.Join(clusterErr, programsErr, tenantsErr); err != nil {
 		return err
 	}
+	n.shaper = newShaper(n.programs, n.engine, n.usage, n.metrics, n.log)
 	if err := n.cluster.start(ctx); err != nil {
 		return err
 	}
@@ -427,6 +429,9 @@ func (n *Node) Shutdown(ctx context.Context) error {
 func (n *Node) closeParts(ctx context.Context) {
 	if n.objects != nil {
 		n.objects.closeAll()
+	}
+	if n.shaper != nil {
+		n.shaper.close()
 	}
 	if n.programs != nil {
 		n.programs.close(ctx)

@@ -547,6 +547,11 @@ func guestFollowErr(err error) error {
 func (h *objectHost) Self() string { return h.o.id.String() }
 
 func (h *objectHost) Log(level int32, msg string) {
+	guestLog(h.o.node.log, h.o.id.String(), level, msg)
+}
+
+// guestLog writes a guest's log line at its level.
+func guestLog(log *slog.Logger, object string, level int32, msg string) {
 	lv := slog.LevelInfo
 	switch level {
 	case abi.LogDebug:
@@ -556,5 +561,5 @@ func (h *objectHost) Log(level int32, msg string) {
 	case abi.LogError:
 		lv = slog.LevelError
 	}
-	h.o.node.log.Log(context.Background(), lv, msg, slog.String("object", h.o.id.String()))
+	log.Log(context.Background(), lv, msg, slog.String("object", object))
 }

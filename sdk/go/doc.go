@@ -40,4 +40,12 @@
 // host skips events the follower has already committed. A program with an
 // [OnEvent] handler shapes what its WebSocket connections receive; without
 // one, connections get the platform's forward envelope.
+//
+// An OnEvent handler runs on the node holding the sockets, which is usually
+// not the object's home, in an instance with no object behind it: it must
+// shape the frame from the event alone. [Get], [Put], [Scan], [Publish] and
+// [Follow] fail the handler there, and each socket gets an error frame
+// instead. The handler runs once per event on each node for all the sockets
+// attached to one object, and their frames are the same bytes, so do not
+// count on it running once per socket.
 package sdk

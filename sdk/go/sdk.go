@@ -80,7 +80,9 @@ func OnFollow(h func(FollowRequest) error) { onFollow = h }
 func OnReceive(h func(Event) error) { onRecv = h }
 
 // OnEvent registers the handler that shapes what this program's WebSocket
-// connections receive: return the frame to send, or ErrSkip.
+// connections receive: return the frame to send, or ErrSkip. It runs where
+// the sockets are, without the object's state (see the package doc), once
+// per event for every socket of one object on a node.
 func OnEvent(h func(Event) ([]byte, error)) { onEvent = h }
 
 // Itoa formats n in decimal as bytes, handy for replies.

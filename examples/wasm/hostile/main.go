@@ -161,10 +161,15 @@ func init() {
 		return json.Marshal(out)
 	})
 	// event shapes connection frames: "EVENT:" + payload, or nothing when
-	// the payload mentions skip.
+	// the payload mentions skip; on "readstate" it reaches for the
+	// object's state, which an event handler does not have.
 	sdk.OnEvent(func(e sdk.Event) ([]byte, error) {
 		if strings.Contains(string(e.Payload), "skip") {
 			return nil, sdk.ErrSkip
+		}
+		if strings.Contains(string(e.Payload), "readstate") {
+			v, _ := sdk.Get("touched")
+			return append([]byte("STATE:"), v...), nil
 		}
 		return append([]byte("EVENT:"), e.Payload...), nil
 	})

@@ -725,6 +725,12 @@ impl Program {
 
     /// Registers the handler that shapes what this program's WebSocket
     /// connections receive: return the frame, or `Err(Error::Skip)`.
+    ///
+    /// It runs on the node holding the sockets, usually not the object's
+    /// home, in an instance with no object behind it: shape the frame from
+    /// the event alone. `get`, `put`, `scan`, `publish` and `follow` fail
+    /// the handler there. It runs once per event on each node for every
+    /// socket attached to one object, not once per socket.
     pub fn on_event<F>(&mut self, h: F) -> &mut Self
     where
         F: Fn(&Event) -> Result<Vec<u8>> + 'static,
