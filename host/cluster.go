@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -71,7 +72,14 @@ type cluster struct {
 	paused bool // tests: stop renewing to lose the lease
 	stop   chan struct{}
 	done   chan struct{}
+	// loaded is closed once the watch has read every lease in the store:
+	// until then this node does not know who is alive, and prunes nothing.
+	loaded     chan struct{}
+	loadedOnce sync.Once
 }
+
+// loadWait bounds how long a starting node waits to read the live set.
+const loadWait = 60 * time.Second
 
 // ErrLeaseLost: this node's lease lapsed; it must rejoin under a new id.
 var ErrLeaseLost = errors.New("node lease lost")
@@ -131,7 +139,7 @@ func newCluster(ctx context.Context, n *Node) (*cluster, error) {
 		n: n, js: js, ttl: n.cfg.LeaseTTL, beat: n.cfg.Heartbeat,
 		seen: map[string]nodeInfo{}, lastSeen: map[string]time.Time{}, dead: map[string]bool{},
 		homes: map[ObjectID]string{}, previous: map[string]bool{},
-		stop: make(chan struct{}), done: make(chan struct{}),
+		stop: make(chan struct{}), done: make(chan struct{}), loaded: make(chan struct{}),
 	}
 	replicas := replicasFor(len(n.cfg.NATS.Routes) + 1)
 	if n.cfg.NATS.URL != "" {
@@ -176,7 +184,18 @@ func (c *cluster) start(ctx context.Context) error {
 	// Renew from now on: the lease must not lapse while the node starts.
 	c.running = true
 	go c.run()
-	return nil
+	// Nothing is pruned before the live set is read: a peer not yet seen
+	// is not a dead one.
+	t := time.NewTimer(loadWait)
+	defer t.Stop()
+	select {
+	case <-c.loaded:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return fmt.Errorf("%w: could not read the cluster's node leases within %v", ErrUnavailable, loadWait)
+	}
 }
 
 // loadPrevious reads the ids this data directory ran under before: objects
@@ -309,8 +328,15 @@ func isWrongSequence(err error) bool {
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }
 
+// beforeLeaseWatch, when set (by tests), runs before the lease watch
+// starts: a slow store at startup.
+var beforeLeaseWatch atomic.Pointer[func()]
+
 // watch keeps the view of live nodes from the leases bucket.
 func (c *cluster) watch(ctx context.Context) {
+	if f := beforeLeaseWatch.Load(); f != nil {
+		(*f)()
+	}
 	for ctx.Err() == nil {
 		w, err := c.nodes.WatchAll(ctx)
 		if err != nil {
@@ -319,6 +345,8 @@ func (c *cluster) watch(ctx context.Context) {
 		}
 		for e := range w.Updates() {
 			if e == nil {
+				// Every lease in the store has been read.
+				c.loadedOnce.Do(func() { close(c.loaded) })
 				continue
 			}
 			id := e.Key()[2:]
@@ -403,8 +431,45 @@ func (c *cluster) Live(id string) bool {
 	if c.dead[id] {
 		return false
 	}
-	_, ok := c.lastSeen[id]
-	return ok
+	if _, ok := c.lastSeen[id]; !ok {
+		// Not heard of: a node that joined after the watch read the
+		// store, or one that was gone before this node started. Neither
+		// is proof of death; the sweep asks the store on its next beat.
+		c.lastSeen[id] = time.Time{}
+	}
+	return true
+}
+
+// alive is Live with the store's answer for a node not heard of, for
+// callers that can wait for it (placing an object).
+func (c *cluster) alive(ctx context.Context, id string) bool {
+	c.mu.Lock()
+	_, heard := c.lastSeen[id]
+	known := id == c.n.id || c.dead[id] || heard && !c.lastSeen[id].IsZero()
+	c.mu.Unlock()
+	if known {
+		return c.Live(id)
+	}
+	gctx, cancel := context.WithTimeout(ctx, c.ttl/2)
+	defer cancel()
+	_, err := c.nodes.Get(gctx, "n."+id)
+	switch {
+	case err == nil:
+		c.mu.Lock()
+		if !c.dead[id] {
+			c.lastSeen[id] = time.Now()
+		}
+		c.mu.Unlock()
+	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
+		c.mu.Lock()
+		died := !c.dead[id]
+		c.markDeadLocked(id)
+		c.mu.Unlock()
+		if died {
+			c.n.nodeGone(id)
+		}
+	}
+	return c.Live(id)
 }
 
 // nodes lists the live nodes.
@@ -458,7 +523,7 @@ func (c *cluster) home(ctx context.Context, obj ObjectID) (string, error) {
 			return "", fmt.Errorf("%w: object directory: %v", ErrUnavailable, err)
 		}
 		holder := string(e.Value())
-		if holder == c.n.id || c.Live(holder) {
+		if holder == c.n.id || c.alive(ctx, holder) {
 			return c.cache(obj, holder), nil
 		}
 		c.mu.Lock()
