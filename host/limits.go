@@ -149,15 +149,24 @@ func (l Limits) Over(d Limits) Limits {
 
 // tenantUse is what one tenant uses on this node, with the limits in
 // force. Without tenancy there is none.
+//
+// A change of the tenant's limits makes a new record with a new rate
+// limiter and handler slots, but the counts are one set per tenant, shared
+// by every record: what was counted against the old record (an open
+// connection, say) is given back to the same counter.
 type tenantUse struct {
 	name string
 	lim  Limits
+	*tenantCounts
+	pub *rate.Limiter
+	sem chan struct{}
+}
 
+// tenantCounts is what a tenant has open or stored on this node.
+type tenantCounts struct {
 	conns   atomic.Int64
 	objects atomic.Int64 // object files on this node
 	bytes   atomic.Int64 // their size, refreshed by the usage scan
-	pub     *rate.Limiter
-	sem     chan struct{}
 }
 
 // usage holds the tenantUse of every tenant seen on this node.
@@ -183,13 +192,11 @@ func (u *usage) of(tenant string) *tenantUse {
 	if tu != nil && tu.lim == lim {
 		return tu
 	}
-	nu := &tenantUse{name: tenant, lim: lim,
+	nu := &tenantUse{name: tenant, lim: lim, tenantCounts: &tenantCounts{},
 		pub: rate.NewLimiter(rate.Limit(lim.PublishRate), lim.PublishBurst),
 		sem: make(chan struct{}, lim.Concurrency)}
 	if tu != nil {
-		nu.conns.Store(tu.conns.Load())
-		nu.objects.Store(tu.objects.Load())
-		nu.bytes.Store(tu.bytes.Load())
+		nu.tenantCounts = tu.tenantCounts
 	}
 	u.m[tenant] = nu
 	return nu

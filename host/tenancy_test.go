@@ -412,6 +412,51 @@ func TestTenantLimits(t *testing.T) {
 			return true
 		})
 	})
+	// The count stays exact when the limits change under open connections:
+	// each one closed gives its slot back to the count it was taken from.
+	t.Run("connections_across_a_limit_change", func(t *testing.T) {
+		tok := mkTenant(t, n, op, "connchg", `{"connections":3}`)
+		wantStatus(t, tenantUpload(t, n, tok, "chat", "chat-rust"), http.StatusCreated, "upload")
+		open := func() *websocket.Conn {
+			t.Helper()
+			ws, _, err := tenantDial(t, n, tok, "chat/r")
+			if err != nil {
+				t.Fatal(err)
+			}
+			readUntil(t, ws, "hello")
+			return ws
+		}
+		usage := func() int64 {
+			t.Helper()
+			var v struct {
+				Usage struct{ Connections int64 } `json:"usage"`
+			}
+			r := as(t, n, tok, http.MethodGet, "/v1/whoami", nil)
+			json.Unmarshal(r.body, &v)
+			return v.Usage.Connections
+		}
+		a, b := open(), open()
+		wantStatus(t, as(t, n, op, http.MethodPut, "/v1/tenants/connchg/limits", []byte(`{"connections":2}`)), http.StatusOK, "lower the limit")
+		eventually(t, 10*time.Second, "the new limit in force", func() bool {
+			_, resp, err := tenantDial(t, n, tok, "chat/r")
+			return err != nil && resp != nil && resp.StatusCode == http.StatusTooManyRequests
+		})
+		if got := usage(); got != 2 {
+			t.Fatalf("with 2 connections open across the change, usage counts %d", got)
+		}
+		a.Close(websocket.StatusNormalClosure, "")
+		b.Close(websocket.StatusNormalClosure, "")
+		eventually(t, 10*time.Second, "both closed connections given back", func() bool { return usage() == 0 })
+		c, d := open(), open()
+		if _, resp, err := tenantDial(t, n, tok, "chat/r"); err == nil || resp == nil || resp.StatusCode != http.StatusTooManyRequests {
+			t.Fatalf("a third connection under a limit of 2: %v %v, want 429", err, resp)
+		}
+		if got := usage(); got != 2 {
+			t.Fatalf("2 open connections, usage counts %d", got)
+		}
+		c.CloseNow()
+		d.CloseNow()
+	})
 	t.Run("publish_rate", func(t *testing.T) {
 		tok := mkTenant(t, n, op, "rate", `{"publish_rate":0.001,"publish_burst":3}`)
 		wantStatus(t, tenantUpload(t, n, tok, "chat", "chat-rust"), http.StatusCreated, "upload")
