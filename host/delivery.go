@@ -140,6 +140,11 @@ func (n *Node) receive(ctx context.Context, d *delivery.ObjectDelivery) (deliver
 	if err != nil {
 		return delivery.ObjectResult{}, err
 	}
+	// The follower runs on its home only: a delivery routed by a stale
+	// edge must not make a second copy of it here.
+	if err := n.ensureHome(ctx, id); err != nil {
+		return delivery.ObjectResult{}, err
+	}
 	events := d.Events
 	if d.Range != nil {
 		pub, err := ParseObjectID(d.Publisher)
@@ -497,7 +502,10 @@ func (n *Node) resumePublishers(ctx context.Context) error {
 	}
 	rows.Close()
 	for _, id := range ids {
-		n.kick(id)
+		// Only a publisher whose home this is: its pump opens the file.
+		if n.ensureHome(ctx, id) == nil {
+			n.kick(id)
+		}
 	}
 	return rows.Err()
 }

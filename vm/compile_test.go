@@ -2,6 +2,7 @@ package vm_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 
@@ -114,5 +115,42 @@ func TestCompileFailureIsNotCached(t *testing.T) {
 	wg.Wait()
 	if got := e.Compiled(); got != 0 {
 		t.Fatalf("a failed compile left %d compiled modules", got)
+	}
+}
+
+// Closing the engine while modules compile and instantiate (a shutdown
+// whose deadline did not wait for every handler) fails them with ErrClosed
+// instead of panicking inside wazero.
+func TestCloseUnderCompilesAndInstantiations(t *testing.T) {
+	ctx := context.Background()
+	wasm := vmtest.Wasm(t, "counter-rust")
+	e := newEngine(t, 0, 0)
+	m, err := e.Compile(ctx, wasm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := vmtest.Wasm(t, "chat-rust")
+	var wg sync.WaitGroup
+	for i := range 16 {
+		wg.Go(func() {
+			if i%2 == 0 {
+				if inst, err := e.Instantiate(ctx, m); err == nil {
+					inst.Close(ctx)
+				} else if !errors.Is(err, vm.ErrClosed) {
+					t.Errorf("instantiate while closing: %v", err)
+				}
+				return
+			}
+			if om, err := e.Compile(ctx, other); err == nil {
+				om.Close(ctx)
+			} else if !errors.Is(err, vm.ErrClosed) {
+				t.Errorf("compile while closing: %v", err)
+			}
+		})
+	}
+	e.Close(ctx)
+	wg.Wait()
+	if _, err := e.Compile(ctx, other); !errors.Is(err, vm.ErrClosed) && err != nil {
+		t.Fatalf("compile after close: %v", err)
 	}
 }

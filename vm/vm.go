@@ -101,6 +101,8 @@ var (
 	ErrNoHandler = errors.New("program has no such handler")
 	// ErrInvalidModule: Compile refused the module; the error says why.
 	ErrInvalidModule = errors.New("invalid module")
+	// ErrClosed: the engine was closed (the node is shutting down).
+	ErrClosed = errors.New("engine closed")
 	// ErrSkip: an event handler chose to send nothing.
 	ErrSkip = errors.New("event skipped")
 )
@@ -138,6 +140,11 @@ type Engine struct {
 	// mu guards live, the instances the watchdog scans.
 	mu   sync.Mutex
 	live map[*Instance]struct{}
+
+	// life is held shared by compiles and instantiations and exclusively
+	// by Close, which sets closed: after it both fail with ErrClosed.
+	life   sync.RWMutex
+	closed bool
 
 	// codeMu guards codes, the compiled modules by digest, and their
 	// reference counts. Never held while compiling.
@@ -205,6 +212,12 @@ func (e *Engine) Config() Config { return e.cfg }
 func (e *Engine) Close(ctx context.Context) error {
 	e.closeMu.Do(func() { close(e.stop) })
 	<-e.stopped
+	// Wait for compiles and instantiations in flight (a handler that a
+	// shutdown's deadline did not wait for): wazero panics on a runtime
+	// closed under them.
+	e.life.Lock()
+	e.closed = true
+	e.life.Unlock()
 	err := e.rt.Close(ctx)
 	if cerr := e.cache.Close(ctx); err == nil {
 		err = cerr
@@ -386,6 +399,11 @@ func (e *Engine) Compiled() int {
 }
 
 func (e *Engine) compile(ctx context.Context, c *code, wasm []byte) error {
+	e.life.RLock()
+	defer e.life.RUnlock()
+	if e.closed {
+		return ErrClosed
+	}
 	e.compiles.Add(1)
 	if err := checkBounds(wasm); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidModule, err)
@@ -441,7 +459,7 @@ func (e *Engine) check(ctx context.Context, m *code) error {
 	}
 	// Instantiate once: runs _initialize under the budget and asks the module
 	// its ABI version and handlers.
-	inst, err := e.Instantiate(ctx, &Module{code: m})
+	inst, err := e.instantiate(ctx, &Module{code: m}, 0)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidModule, err)
 	}
@@ -498,6 +516,16 @@ func (e *Engine) Instantiate(ctx context.Context, m *Module) (*Instance, error) 
 // means the engine's): a tenant's limit. Past it memory.grow fails, which
 // a guest sees as out of memory.
 func (e *Engine) InstantiateLimited(ctx context.Context, m *Module, pages uint32) (*Instance, error) {
+	e.life.RLock()
+	defer e.life.RUnlock()
+	if e.closed {
+		return nil, ErrClosed
+	}
+	return e.instantiate(ctx, m, pages)
+}
+
+// instantiate is InstantiateLimited with life held.
+func (e *Engine) instantiate(ctx context.Context, m *Module, pages uint32) (*Instance, error) {
 	base := context.Background()
 	if pages > 0 && pages < e.cfg.MemoryLimitPages {
 		for _, mem := range m.compiled.ExportedMemories() {
