@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -66,14 +67,41 @@ func (c *fakeClock) Advance(d time.Duration) {
 	}
 }
 
-// pub is a publisher over a real object file.
+// pub is a publisher over a real object file. Its lanes run on goroutines
+// it counts, so a test can wait for them.
 type pub struct {
 	id string
 	f  *delivery.File
 	mu sync.Mutex
+
+	lanes   sync.WaitGroup
+	started atomic.Int32 // lanes started since the last look
+	ctx     context.Context
+	stop    context.CancelFunc
+	wmu     sync.Mutex
+	wakes   []time.Time
 }
 
 func (p *pub) ID() string { return p.id }
+
+func (p *pub) Go(f func(context.Context)) bool {
+	if p.ctx.Err() != nil {
+		return false
+	}
+	p.started.Add(1)
+	p.lanes.Add(1)
+	go func() {
+		defer p.lanes.Done()
+		f(p.ctx)
+	}()
+	return true
+}
+
+func (p *pub) Wake(t time.Time) {
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	p.wakes = append(p.wakes, t)
+}
 
 func (p *pub) Between(_ context.Context, fn func(*delivery.Tx) error) error {
 	p.mu.Lock()
@@ -95,8 +123,14 @@ func newPub(t *testing.T) *pub {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { f.Close() })
-	return &pub{id: "chat/room1", f: f}
+	p := &pub{id: "chat/room1", f: f}
+	p.ctx, p.stop = context.WithCancel(context.Background())
+	t.Cleanup(func() {
+		p.stop()
+		p.lanes.Wait()
+		f.Close()
+	})
+	return p
 }
 
 func (p *pub) publish(t *testing.T, topic string, payloads ...string) {
@@ -249,7 +283,8 @@ func newPump(net *fakeNet, clock delivery.Clock) (*delivery.Pump, *nopObs) {
 	return delivery.NewPump(cfg, net, net, obs, slog.Default()), obs
 }
 
-// drain runs rounds until nothing is due.
+// drain runs rounds, and waits for the lanes they start, until nothing is
+// due; it returns when something is due next.
 func drain(t *testing.T, p *delivery.Pump, pb *pub) time.Time {
 	t.Helper()
 	for i := 0; i < 100; i++ {
@@ -257,7 +292,9 @@ func drain(t *testing.T, p *delivery.Pump, pb *pub) time.Time {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !more {
+		started := pb.started.Swap(0)
+		pb.lanes.Wait()
+		if !more && started == 0 {
 			return next
 		}
 	}
