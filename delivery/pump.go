@@ -404,19 +404,22 @@ func (p *Pump) connectionRound(ctx context.Context, pub Publisher, due []Edge, e
 	var prunedConns []string
 	groups := map[string][]Edge{}
 	perNode := map[string]int{}
-	live := due[:0:0]
-	for _, e := range due {
+	dead := make([]bool, len(due))
+	for i, e := range due {
 		if !p.members.Live(e.Node) {
 			// A connection's node is gone for good: so is it.
 			prunedConns = append(prunedConns, e.Follower)
+			dead[i] = true
 			continue
 		}
 		perNode[e.Node]++
-		live = append(live, e)
 	}
 	// Sized once: at thousands of sockets, growing these slices was most
 	// of a round's garbage.
-	for _, e := range live {
+	for i, e := range due {
+		if dead[i] {
+			continue
+		}
 		g := groups[e.Node]
 		if g == nil {
 			g = make([]Edge, 0, perNode[e.Node])

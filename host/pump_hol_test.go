@@ -103,11 +103,13 @@ func received(t testing.TB, c *host.Client, follower string) [][2]string {
 	return got
 }
 
-func p99(lat []time.Duration) time.Duration {
+func percentile(lat []time.Duration, p int) time.Duration {
 	s := slices.Clone(lat)
 	slices.Sort(s)
-	return s[min(len(s)-1, len(s)*99/100)]
+	return s[min(len(s)-1, len(s)*p/100)]
 }
+
+func p99(lat []time.Duration) time.Duration { return percentile(lat, 99) }
 
 // While a durable follower's receive runs for 9 s, the publisher's sockets
 // get every event at once (p99 under 50 ms from the publish call), and the
