@@ -4,9 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"time"
-
 	"fmt"
+	"time"
 
 	"github.com/durable-host/host/abi"
 )
@@ -22,18 +21,64 @@ type Edge struct {
 	Topic    string           `json:"topic"`
 	Filter   string           `json:"filter,omitempty"`
 	Cursor   uint64           `json:"cursor"` // last seq done for this edge
-	Attempts int              `json:"attempts"`
-	NextDue  int64            `json:"next_due,omitempty"` // Unix ns; 0 = now
-	Created  int64            `json:"created"`
+	// Attempts counts consecutive failed deliveries: the edge is dropped
+	// at the configured maximum.
+	Attempts int `json:"attempts"`
+	// Unplaced counts consecutive attempts that found no home for the
+	// follower. It backs off like Attempts but never drops the edge: a
+	// follower that cannot be located has not failed (D20).
+	Unplaced int   `json:"unplaced,omitempty"`
+	NextDue  int64 `json:"next_due,omitempty"` // Unix ns; 0 = now
+	Created  int64 `json:"created"`
+	// State and NextAttempt describe the edge for operators (host edges);
+	// they are derived, set by Tx.Edges.
+	State       EdgeState `json:"state"`
+	NextAttempt string    `json:"next_attempt,omitempty"` // RFC 3339
 }
 
-const edgeCols = `id, kind, follower, node, topic, filter, cursor, attempts, next_due, created`
+// EdgeState is what an edge is doing, as `host edges` shows it.
+type EdgeState string
+
+// Edge states.
+const (
+	// EdgeOK: delivering normally.
+	EdgeOK EdgeState = "ok"
+	// EdgeRetrying: its last delivery failed; it backs off and is dropped
+	// after the maximum attempts.
+	EdgeRetrying EdgeState = "retrying"
+	// EdgeUnplaced: its follower could not be located (its node is gone
+	// and no other serves it yet); it backs off and is never dropped.
+	EdgeUnplaced EdgeState = "unplaced"
+	// EdgeHeld: another edge of the same follower failed or is unplaced;
+	// this one waits with it so the follower sees the publisher's events
+	// in publish order.
+	EdgeHeld EdgeState = "held"
+)
+
+func (e *Edge) describe() {
+	switch {
+	case e.Unplaced > 0:
+		e.State = EdgeUnplaced
+	case e.Attempts > 0:
+		e.State = EdgeRetrying
+	case e.NextDue > 0:
+		e.State = EdgeHeld
+	default:
+		e.State = EdgeOK
+	}
+	e.NextAttempt = ""
+	if e.NextDue > 0 {
+		e.NextAttempt = time.Unix(0, e.NextDue).UTC().Format(time.RFC3339Nano)
+	}
+}
+
+const edgeCols = `id, kind, follower, node, topic, filter, cursor, attempts, unplaced, next_due, created`
 
 func scanEdge(row interface{ Scan(...any) error }) (Edge, error) {
 	var e Edge
 	var kind int
 	var cursor int64
-	err := row.Scan(&e.ID, &kind, &e.Follower, &e.Node, &e.Topic, &e.Filter, &cursor, &e.Attempts, &e.NextDue, &e.Created)
+	err := row.Scan(&e.ID, &kind, &e.Follower, &e.Node, &e.Topic, &e.Filter, &cursor, &e.Attempts, &e.Unplaced, &e.NextDue, &e.Created)
 	e.Kind = abi.FollowerKind(kind)
 	e.KindName = e.Kind.String()
 	e.Cursor = uint64(cursor)
@@ -76,6 +121,7 @@ func (t *Tx) AddEdge(kind abi.FollowerKind, follower, node, topic, filter string
 	}
 	es := []Edge{e}
 	err = t.withFloor(es)
+	es[0].describe()
 	return es[0], err
 }
 
@@ -118,6 +164,9 @@ func (t *Tx) Edges() ([]Edge, error) {
 	if err != nil {
 		return nil, err
 	}
+	for i := range es {
+		es[i].describe()
+	}
 	return es, t.withFloor(es)
 }
 
@@ -140,41 +189,6 @@ func (t *Tx) cachedEdges() ([]Edge, error) {
 	}
 	t.f.edges = all
 	return all, nil
-}
-
-// DueEdges lists edges behind head whose next attempt is due at now.
-func (t *Tx) DueEdges(head uint64, now time.Time) ([]Edge, error) {
-	all, err := t.cachedEdges()
-	if err != nil {
-		return nil, err
-	}
-	out := make([]Edge, 0, len(all))
-	ns := now.UnixNano()
-	for _, e := range all {
-		if e.Cursor < head && e.NextDue <= ns {
-			out = append(out, e)
-		}
-	}
-	return out, nil
-}
-
-// NextDue returns the earliest future attempt among edges behind head.
-func (t *Tx) NextDue(head uint64) (time.Time, bool, error) {
-	all, err := t.cachedEdges()
-	if err != nil {
-		return time.Time{}, false, err
-	}
-	var next int64
-	found := false
-	for _, e := range all {
-		if e.Cursor < head && (!found || e.NextDue < next) {
-			next, found = e.NextDue, true
-		}
-	}
-	if !found {
-		return time.Time{}, false, nil
-	}
-	return time.Unix(0, next), true, nil
 }
 
 // Events returns up to limit events after seq in order, stopping once

@@ -50,6 +50,7 @@ CREATE TABLE IF NOT EXISTS edges (
 	filter   TEXT NOT NULL DEFAULT '',
 	cursor   INTEGER NOT NULL,
 	attempts INTEGER NOT NULL DEFAULT 0,
+	unplaced INTEGER NOT NULL DEFAULT 0,
 	next_due INTEGER NOT NULL DEFAULT 0,
 	created  INTEGER NOT NULL,
 	UNIQUE (kind, follower, topic)
@@ -118,6 +119,9 @@ func (f *File) init(ctx context.Context) error {
 	if _, err := f.conn.ExecContext(ctx, schema); err != nil {
 		return err
 	}
+	if err := f.upgrade(ctx); err != nil {
+		return err
+	}
 	prep := func(dst **sql.Stmt, q string) {
 		if err == nil {
 			*dst, err = f.conn.PrepareContext(ctx, q)
@@ -131,10 +135,27 @@ func (f *File) init(ctx context.Context) error {
 	prep(&f.head, `SELECT COALESCE(MAX(seq), 0) FROM log`)
 	prep(&f.cursorGet, `SELECT seq FROM cursors WHERE publisher = ? AND topic = ?`)
 	prep(&f.cursorPut, `INSERT INTO cursors (publisher, topic, seq) VALUES (?, ?, ?) ON CONFLICT (publisher, topic) DO UPDATE SET seq = excluded.seq`)
-	prep(&f.advance, `UPDATE edges SET cursor = MAX(cursor, ?), attempts = ?, next_due = ?, node = COALESCE(?, node) WHERE id = ?`)
+	prep(&f.advance, `UPDATE edges SET cursor = MAX(cursor, ?), attempts = ?, unplaced = ?, next_due = ?, node = COALESCE(?, node) WHERE id = ?`)
 	prep(&f.floorGet, `SELECT COALESCE((SELECT cursor FROM conn_floor WHERE one = 1), 0)`)
 	prep(&f.floorPut, `INSERT INTO conn_floor (one, cursor) VALUES (1, ?) ON CONFLICT (one) DO UPDATE SET cursor = MAX(cursor, excluded.cursor)`)
 	return err
+}
+
+// upgrade brings a file made by an earlier version to the current schema.
+// Columns are added where missing (checked by name, so it is idempotent
+// and needs no version number): edges.unplaced came with backing off
+// followers that cannot be located.
+func (f *File) upgrade(ctx context.Context) error {
+	var n int
+	if err := f.conn.QueryRowContext(ctx, `SELECT COUNT(*) FROM pragma_table_info('edges') WHERE name = 'unplaced'`).Scan(&n); err != nil {
+		return fmt.Errorf("schema upgrade: %w", err)
+	}
+	if n == 0 {
+		if _, err := f.conn.ExecContext(ctx, `ALTER TABLE edges ADD COLUMN unplaced INTEGER NOT NULL DEFAULT 0`); err != nil {
+			return fmt.Errorf("schema upgrade: edges.unplaced: %w", err)
+		}
+	}
+	return nil
 }
 
 // Path returns the file's path.

@@ -126,6 +126,13 @@ func (c Config) Backoff(n int) time.Duration {
 	return c.RetryBase << min(n-1, 30)
 }
 
+// MaxBackoff is the longest wait: the one before the last attempt (32 s
+// with the defaults). A follower that cannot be located backs off up to
+// it and stays there.
+func (c Config) MaxBackoff() time.Duration {
+	return max(c.Backoff(c.MaxAttempts-1), c.RetryBase)
+}
+
 // TopicMatch reports whether an edge on topic admits an event on
 // eventTopic: an edge on "" follows every topic of its publisher.
 func TopicMatch(topic, eventTopic string) bool { return topic == "" || topic == eventTopic }
@@ -208,6 +215,12 @@ type Publisher interface {
 	ID() string
 	// Between runs f on the publisher's file between its handler calls.
 	Between(ctx context.Context, f func(*Tx) error) error
+	// Go runs f on a goroutine its owner waits for at shutdown, keeping the
+	// publisher available until f returns; ctx ends when the owner stops.
+	// It reports false, and f does not run, when the owner is stopping.
+	Go(f func(ctx context.Context)) bool
+	// Wake asks for a round at t (a follower's lane ended in a backoff).
+	Wake(t time.Time)
 }
 
 // Observer counts what the pump does.
@@ -219,41 +232,65 @@ type Observer interface {
 	Dropped(publisher string, e Edge, lastErr string)
 }
 
-// Pump is a publisher's delivery loop, run between the publisher's calls.
+// Pump delivers publishers' events, between their calls, in two kinds of
+// lane. A publisher's round is its connection lane: it reads the events its
+// connection edges are owed, sends one batch per node and records them, and
+// waits for nothing else. Each object follower of a publisher has a lane of
+// its own, started by a round and not waited for: it reads, delivers and
+// records in its own short transactions, one delivery at a time, so a slow
+// follower delays only itself and sees the publisher's events in publish
+// order across all its edges.
 type Pump struct {
 	cfg       Config
 	transport Transport
 	members   Membership
 	obs       Observer
 	log       *slog.Logger
+
+	// mu guards lanes: the object followers with a lane running, at most
+	// one per (publisher, follower). Never held while calling out.
+	mu    sync.Mutex
+	lanes map[laneKey]*lane
 }
+
+type laneKey struct{ publisher, follower string }
+
+// lane is a running follower lane. again is set (under Pump.mu) by a round
+// that found the follower due while the lane ran: the lane reads once more
+// before it ends, so no publish is missed.
+type lane struct{ again bool }
 
 // NewPump returns a pump.
 func NewPump(cfg Config, t Transport, m Membership, obs Observer, log *slog.Logger) *Pump {
-	return &Pump{cfg: cfg, transport: t, members: m, obs: obs, log: log}
+	return &Pump{cfg: cfg, transport: t, members: m, obs: obs, log: log, lanes: map[laneKey]*lane{}}
 }
 
 // Config returns the pump's configuration.
 func (p *Pump) Config() Config { return p.cfg }
 
-type edgeUpdate struct {
-	edge     Edge
-	cursor   uint64
-	attempts int
-	nextDue  time.Time
-	drop     bool
-	lastErr  string
-	node     string // a rehomed follower's node
+// Lanes reports how many follower lanes are running.
+func (p *Pump) Lanes() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.lanes)
 }
 
-// Round runs one round: reads due edges and the events they are owed,
-// delivers them partitioned by the follower's node, and records the
-// outcome. It reports whether work was done (run again) and, when nothing
-// is due now, the next due time (zero if none).
+// followerDue is a follower's delivery state as a round sees it.
+type followerDue struct {
+	behind bool  // some edge has events to get
+	due    int64 // Unix ns: its edges share the latest next_due
+}
+
+// Round runs one round of the publisher's connection lane: it reads the
+// connection edges behind the head and the events they are owed, sends one
+// batch per node and records the outcome. It starts the lane of every
+// object follower that is due and has none running. It reports whether
+// work was done (run again) and the next time a follower not running is
+// due (zero if none).
 func (p *Pump) Round(ctx context.Context, pub Publisher) (bool, time.Time, error) {
-	var due []Edge
+	var conns []Edge
 	var events []abi.Event
-	var next time.Time
+	var followers map[string]followerDue
 	now := p.cfg.Clock.Now()
 	var deadConns []string
 	err := pub.Between(ctx, func(tx *Tx) error {
@@ -283,18 +320,27 @@ func (p *Pump) Round(ctx context.Context, pub Publisher) (bool, time.Time, error
 			p.obs.Pruned("node_gone", pruned)
 			return nil
 		}
-		if due, err = tx.DueEdges(head, now); err != nil {
-			return err
-		}
-		if len(due) == 0 {
-			t, ok, err := tx.NextDue(head)
-			if ok && t.After(now) {
-				next = t
+		conns = make([]Edge, 0, len(all))
+		for _, e := range all {
+			if e.Kind == abi.FollowerConnection {
+				if e.Cursor < head {
+					conns = append(conns, e)
+				}
+				continue
 			}
-			return err
+			if followers == nil {
+				followers = map[string]followerDue{}
+			}
+			f := followers[e.Follower]
+			f.behind = f.behind || e.Cursor < head
+			f.due = max(f.due, e.NextDue)
+			followers[e.Follower] = f
 		}
-		after := due[0].Cursor
-		for _, e := range due {
+		if len(conns) == 0 {
+			return nil
+		}
+		after := conns[0].Cursor
+		for _, e := range conns {
 			after = min(after, e.Cursor)
 		}
 		events, err = tx.Events(after, p.cfg.BatchEvents, p.cfg.BatchBytes)
@@ -303,125 +349,119 @@ func (p *Pump) Round(ctx context.Context, pub Publisher) (bool, time.Time, error
 	if len(deadConns) > 0 && err == nil {
 		return true, time.Time{}, nil
 	}
-	if err != nil || len(due) == 0 {
-		return false, next, err
+	if err != nil {
+		return false, time.Time{}, err
 	}
-	if len(events) == 0 {
-		return false, time.Time{}, nil
+	next := p.startLanes(pub, followers, now)
+	if len(conns) == 0 || len(events) == 0 {
+		return false, next, nil
 	}
-	through := events[len(events)-1].Seq
+	return true, next, p.connectionRound(ctx, pub, conns, events)
+}
 
-	// Partition due edges by the follower's node.
-	type group struct {
-		conns   []Edge
-		objects []Edge
+// startLanes starts the lane of each follower due at now that has none
+// running, and tells one running to look again. It returns the earliest
+// time a follower without a lane is due later.
+func (p *Pump) startLanes(pub Publisher, followers map[string]followerDue, now time.Time) time.Time {
+	var next int64
+	for f, st := range followers {
+		if !st.behind {
+			continue
+		}
+		k := laneKey{pub.ID(), f}
+		p.mu.Lock()
+		if l := p.lanes[k]; l != nil {
+			l.again = true
+			p.mu.Unlock()
+			continue
+		}
+		if st.due > now.UnixNano() {
+			p.mu.Unlock()
+			if next == 0 || st.due < next {
+				next = st.due
+			}
+			continue
+		}
+		l := &lane{}
+		p.lanes[k] = l
+		p.mu.Unlock()
+		if !pub.Go(func(ctx context.Context) { p.runLane(ctx, pub, k, l) }) {
+			p.mu.Lock()
+			delete(p.lanes, k)
+			p.mu.Unlock()
+		}
 	}
-	groups := map[string]*group{}
-	var updates []edgeUpdate
+	if next == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, next)
+}
+
+// connectionRound sends the events to every connection edge, one batch per
+// node, and records that they advanced.
+func (p *Pump) connectionRound(ctx context.Context, pub Publisher, due []Edge, events []abi.Event) error {
+	through := events[len(events)-1].Seq
 	var prunedConns []string
-	route := make([]string, len(due)) // each due edge's node; "" = settled here
-	conns := map[string]int{}         // node → due connection edges
+	groups := map[string][]Edge{}
+	perNode := map[string]int{}
+	dead := make([]bool, len(due))
 	for i, e := range due {
-		node := e.Node
-		if !p.members.Live(node) {
-			if e.Kind == abi.FollowerConnection {
-				// A connection's node is gone for good: so is it.
-				prunedConns = append(prunedConns, e.Follower)
-				continue
-			}
-			// An object follower moved: route its identity to its new
-			// home. Not a failure.
-			moved, err := p.members.Locate(ctx, e.Follower)
-			if err != nil {
-				// Not a failed attempt: look again after the first
-				// backoff, without counting.
-				p.log.Debug("follower not placed yet", slog.String("follower", e.Follower), slog.Any("err", err))
-				updates = append(updates, edgeUpdate{edge: e, cursor: e.Cursor, attempts: e.Attempts, nextDue: now.Add(p.cfg.RetryBase)})
-				continue
-			}
-			node = moved
+		if !p.members.Live(e.Node) {
+			// A connection's node is gone for good: so is it.
+			prunedConns = append(prunedConns, e.Follower)
+			dead[i] = true
+			continue
 		}
-		route[i] = node
-		if e.Kind == abi.FollowerConnection {
-			conns[node]++
-		}
+		perNode[e.Node]++
 	}
 	// Sized once: at thousands of sockets, growing these slices was most
 	// of a round's garbage.
 	for i, e := range due {
-		node := route[i]
-		if node == "" {
+		if dead[i] {
 			continue
 		}
-		g := groups[node]
+		g := groups[e.Node]
 		if g == nil {
-			g = &group{conns: make([]Edge, 0, conns[node])}
-			groups[node] = g
+			g = make([]Edge, 0, perNode[e.Node])
 		}
-		if e.Kind == abi.FollowerConnection {
-			g.conns = append(g.conns, e)
-		} else {
-			g.objects = append(g.objects, e)
-		}
+		groups[e.Node] = append(g, e)
 	}
 
-	var mu sync.Mutex // guards updates and prunedConns
+	var mu sync.Mutex // guards prunedConns
 	var wg sync.WaitGroup
 	self := p.members.Self()
 	if tp, ok := p.transport.(TopicPublisher); ok && p.cfg.FanOut == FanOutSubject {
 		// Baseline: publish each event once on its topic's subject; NATS
 		// fans out to every subscribed node. Refusals are not reported.
-		var all []Edge
-		for _, g := range groups {
-			all = append(all, g.conns...)
-			g.conns = nil
-		}
-		if len(all) > 0 {
+		if len(groups) > 0 {
 			if err := tp.PublishTopic(ctx, pub.ID(), events); err != nil {
 				p.log.Warn("topic publish failed", slog.Any("err", err))
 			}
 		}
+		groups = nil
+	}
+	send := func(node string, edges []Edge) {
+		defer wg.Done()
+		gone := p.connections(ctx, node, node == self, edges, events, pub.ID())
+		mu.Lock()
+		prunedConns = append(prunedConns, gone...)
+		mu.Unlock()
 	}
 	for node, g := range groups {
-		local := node == self
-		if len(g.conns) > 0 && p.cfg.FanOut == FanOutSocket {
+		if p.cfg.FanOut == FanOutSocket {
 			// Baseline: one send per watcher.
-			for _, e := range g.conns {
+			for _, e := range g {
 				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					gone := p.connections(ctx, node, local, []Edge{e}, events, pub.ID())
-					mu.Lock()
-					prunedConns = append(prunedConns, gone...)
-					mu.Unlock()
-				}()
+				go send(node, []Edge{e})
 			}
-			g.conns = nil
+			continue
 		}
-		if len(g.conns) > 0 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				gone := p.connections(ctx, node, local, g.conns, events, pub.ID())
-				mu.Lock()
-				prunedConns = append(prunedConns, gone...)
-				mu.Unlock()
-			}()
-		}
-		for _, e := range g.objects {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				u := p.object(ctx, node, local, e, events, through, pub.ID())
-				mu.Lock()
-				updates = append(updates, u)
-				mu.Unlock()
-			}()
-		}
+		wg.Add(1)
+		go send(node, g)
 	}
 	wg.Wait()
 
-	err = pub.Between(context.WithoutCancel(ctx), func(tx *Tx) error {
+	return pub.Between(context.WithoutCancel(ctx), func(tx *Tx) error {
 		pruned := 0
 		for _, c := range dedupe(prunedConns) {
 			n, err := tx.RemoveFollower(abi.FollowerConnection, c)
@@ -435,26 +475,8 @@ func (p *Pump) Round(ctx context.Context, pub Publisher) (bool, time.Time, error
 		}
 		// Connection edges advance whether or not their pushes landed,
 		// all of them to through: one row records it.
-		if len(conns) > 0 {
-			if err := tx.AdvanceConnections(through); err != nil {
-				return err
-			}
-		}
-		for _, u := range updates {
-			if u.drop {
-				if _, err := tx.RemoveEdgeID(u.edge.ID); err != nil {
-					return err
-				}
-				p.obs.Dropped(pub.ID(), u.edge, u.lastErr)
-				continue
-			}
-			if err := tx.AdvanceEdge(u.edge.ID, u.cursor, u.attempts, u.nextDue, u.node); err != nil {
-				return err
-			}
-		}
-		return nil
+		return tx.AdvanceConnections(through)
 	})
-	return true, time.Time{}, err
 }
 
 func dedupe(s []string) []string {
@@ -500,58 +522,283 @@ func (p *Pump) connections(ctx context.Context, node string, local bool, edges [
 	return append(res.Refused, res.Gone...)
 }
 
-// object makes one delivery down one object edge.
-func (p *Pump) object(ctx context.Context, node string, local bool, e Edge, events []abi.Event, through uint64, pub string) edgeUpdate {
-	u := edgeUpdate{edge: e, cursor: e.Cursor, attempts: e.Attempts}
-	if node != e.Node {
-		u.node = node
+// runLane runs a follower's lane until nothing is due for it now, then
+// asks for a round when its backoff ends.
+func (p *Pump) runLane(ctx context.Context, pub Publisher, k laneKey, l *lane) {
+	for {
+		more, next, err := p.laneStep(ctx, pub, k.follower)
+		if err != nil && ctx.Err() == nil {
+			p.log.Warn("follower delivery failed", slog.String("publisher", k.publisher), slog.String("follower", k.follower), slog.Any("err", err))
+			next = p.cfg.Clock.Now().Add(p.cfg.RetryBase)
+		}
+		p.mu.Lock()
+		if ctx.Err() == nil && (more || l.again) {
+			l.again = false
+			p.mu.Unlock()
+			continue
+		}
+		delete(p.lanes, k)
+		p.mu.Unlock()
+		if !next.IsZero() && ctx.Err() == nil {
+			pub.Wake(next)
+		}
+		return
 	}
-	if through <= e.Cursor {
-		return u
+}
+
+// segment is a run of consecutive events (in publish order) owed to one
+// edge of a follower: one delivery.
+type segment struct {
+	edge    int // index into the follower's edges
+	events  []abi.Event
+	size    int
+	through uint64 // the edge's cursor once delivered
+}
+
+// edgeOutcome is what a lane step records for one edge.
+type edgeOutcome struct {
+	cursor   uint64
+	attempts int
+	nextDue  time.Time
+	node     string // a rehomed follower's node
+	drop     bool
+	lastErr  string
+}
+
+// laneStep reads the events owed to one follower across its edges,
+// delivers them in publish order, one segment at a time, stopping at the
+// first failure, and records the outcome. A failure holds back every edge
+// of the follower (one backoff); a follower that cannot be located backs
+// off the same way without counting an attempt. It reports whether more
+// may be due now, and when the follower is next due if it backs off.
+func (p *Pump) laneStep(ctx context.Context, pub Publisher, follower string) (bool, time.Time, error) {
+	now := p.cfg.Clock.Now()
+	var edges []Edge
+	var events []abi.Event
+	var head uint64
+	var next time.Time
+	err := pub.Between(ctx, func(tx *Tx) error {
+		var err error
+		if head, err = tx.Head(); err != nil {
+			return err
+		}
+		all, err := tx.cachedEdges()
+		if err != nil {
+			return err
+		}
+		behind := false
+		var due int64
+		for _, e := range all {
+			if e.Kind == abi.FollowerObject && e.Follower == follower {
+				edges = append(edges, e)
+				behind = behind || e.Cursor < head
+				due = max(due, e.NextDue)
+			}
+		}
+		if !behind {
+			edges = nil
+			return nil
+		}
+		if due > now.UnixNano() {
+			next, edges = time.Unix(0, due), nil
+			return nil
+		}
+		after := edges[0].Cursor
+		for _, e := range edges {
+			after = min(after, e.Cursor)
+		}
+		events, err = tx.Events(after, p.cfg.BatchEvents, p.cfg.BatchBytes)
+		return err
+	})
+	if err != nil || len(edges) == 0 || len(events) == 0 {
+		return false, next, err
 	}
-	f := MustFilter(e.Filter)
-	d := &ObjectDelivery{Publisher: pub, Follower: e.Follower, Topic: e.Topic, Filter: e.Filter, Through: through}
-	size := 0
-	for _, ev := range events {
-		if ev.Seq > e.Cursor && TopicMatch(e.Topic, ev.Topic) && f.Match(ev.Payload) {
-			ev.Publisher = pub
-			d.Events = append(d.Events, ev)
-			size += len(ev.Payload)
+	through := events[len(events)-1].Seq
+
+	// Route: an edge's recorded node if it is live, else wherever the
+	// follower lives now (not a failure: D20).
+	nodes := make([]string, len(edges))
+	var located string
+	var locErr error
+	looked := false
+	for i, e := range edges {
+		if p.members.Live(e.Node) {
+			nodes[i] = e.Node
+			continue
+		}
+		if !looked {
+			located, locErr = p.members.Locate(ctx, follower)
+			looked = true
+		}
+		nodes[i] = located
+	}
+	if locErr != nil {
+		if ctx.Err() != nil {
+			return false, time.Time{}, nil
+		}
+		return p.unplaced(ctx, pub, follower, edges, now, locErr)
+	}
+
+	segs := p.segments(pub.ID(), edges, events, through)
+	out := make([]edgeOutcome, len(edges))
+	for i, e := range edges {
+		out[i] = edgeOutcome{cursor: e.Cursor, attempts: e.Attempts}
+		if nodes[i] != e.Node {
+			out[i].node = nodes[i]
 		}
 	}
-	if size > p.cfg.InlineLimit {
-		d.Events = nil
-		d.Range = &Range{After: e.Cursor, Through: through}
+	delivered := make([]bool, len(edges)) // every segment of the edge went
+	for i := range delivered {
+		delivered[i] = true
 	}
-	if d.Range == nil && len(d.Events) == 0 {
-		u.cursor = through
-		return u
+	for _, s := range segs {
+		delivered[s.edge] = false
 	}
-	p.obs.ObjectDeliverySent(node, local, len(d.Events), d.Range != nil)
-	res, err := p.transport.Object(ctx, node, d)
-	if err == nil && res.Err == "" {
-		u.cursor, u.attempts = max(res.Done, e.Cursor), 0
-		return u
+	failed := -1
+	self := p.members.Self()
+	for k, s := range segs {
+		e, o := edges[s.edge], &out[s.edge]
+		d := &ObjectDelivery{Publisher: pub.ID(), Follower: follower, Topic: e.Topic, Filter: e.Filter, Events: s.events, Through: s.through}
+		if s.size > p.cfg.InlineLimit {
+			d.Events = nil
+			d.Range = &Range{After: o.cursor, Through: s.through}
+		}
+		p.obs.ObjectDeliverySent(nodes[s.edge], nodes[s.edge] == self, len(d.Events), d.Range != nil)
+		res, err := p.transport.Object(ctx, nodes[s.edge], d)
+		o.cursor = max(res.Done, o.cursor)
+		if err == nil && res.Err == "" {
+			o.cursor, o.attempts = max(o.cursor, s.through), 0
+			if lastOf(segs, k) {
+				delivered[s.edge] = true
+			}
+			continue
+		}
+		if ctx.Err() != nil {
+			// Stopping: not a failure of the follower. What went is
+			// recorded; the rest goes after the restart.
+			break
+		}
+		failed = s.edge
+		o.lastErr = res.Err
+		if err != nil {
+			o.lastErr = err.Error()
+		}
+		break
 	}
-	msg := res.Err
-	if err != nil {
-		msg = err.Error()
+	for i := range out {
+		if delivered[i] {
+			// Nothing more in this batch is owed to it.
+			out[i].cursor = max(out[i].cursor, through)
+		}
 	}
-	u.cursor = max(res.Done, e.Cursor)
-	u.attempts = e.Attempts + 1
-	u.lastErr = msg
-	if u.attempts >= p.cfg.MaxAttempts {
-		u.drop = true
-		return u
+	more := through < head
+	if failed >= 0 {
+		o := &out[failed]
+		o.attempts++
+		if o.attempts >= p.cfg.MaxAttempts {
+			o.drop = true
+			more = true // the follower's other edges go on now
+		} else {
+			p.obs.Retried()
+			next = p.cfg.Clock.Now().Add(p.cfg.Backoff(o.attempts))
+			more = false
+			for i := range out {
+				out[i].nextDue = next // one backoff for every edge of the follower
+			}
+		}
 	}
-	p.obs.Retried()
-	u.nextDue = p.cfg.Clock.Now().Add(p.cfg.Backoff(u.attempts))
-	return u
+	err = pub.Between(context.WithoutCancel(ctx), func(tx *Tx) error {
+		for i, e := range edges {
+			o := out[i]
+			if o.drop {
+				if _, err := tx.RemoveEdgeID(e.ID); err != nil {
+					return err
+				}
+				p.obs.Dropped(pub.ID(), e, o.lastErr)
+				continue
+			}
+			if err := tx.AdvanceEdge(e.ID, o.cursor, o.attempts, 0, o.nextDue, o.node); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return more && ctx.Err() == nil, next, err
+}
+
+// lastOf reports whether segs[k] is its edge's last segment.
+func lastOf(segs []segment, k int) bool {
+	for _, s := range segs[k+1:] {
+		if s.edge == segs[k].edge {
+			return false
+		}
+	}
+	return true
+}
+
+// segments splits the events owed to a follower's edges into deliveries in
+// publish order: a run of consecutive owed events of one edge is one
+// delivery, so a follower with one edge (or edges whose events do not
+// interleave) gets one delivery per edge. A segment's through is the seq
+// before its edge's next segment, or the batch's last.
+func (p *Pump) segments(pub string, edges []Edge, events []abi.Event, through uint64) []segment {
+	filters := make([]Filter, len(edges))
+	for i, e := range edges {
+		filters[i] = MustFilter(e.Filter)
+	}
+	var segs []segment
+	for _, ev := range events {
+		ev.Publisher = pub
+		for i, e := range edges {
+			if ev.Seq <= e.Cursor || !TopicMatch(e.Topic, ev.Topic) || !filters[i].Match(ev.Payload) {
+				continue
+			}
+			if n := len(segs); n > 0 && segs[n-1].edge == i {
+				segs[n-1].events = append(segs[n-1].events, ev)
+				segs[n-1].size += len(ev.Payload)
+				continue
+			}
+			segs = append(segs, segment{edge: i, events: []abi.Event{ev}, size: len(ev.Payload)})
+		}
+	}
+	nextStart := make([]uint64, len(edges))
+	for i := range nextStart {
+		nextStart[i] = through + 1
+	}
+	for k := len(segs) - 1; k >= 0; k-- {
+		s := &segs[k]
+		s.through = nextStart[s.edge] - 1
+		nextStart[s.edge] = s.events[0].Seq
+	}
+	return segs
+}
+
+// unplaced records that the follower could not be located: every edge of
+// it backs off, 500 ms doubling up to the last failure's wait, without
+// counting an attempt, so it is never dropped for it (D20).
+func (p *Pump) unplaced(ctx context.Context, pub Publisher, follower string, edges []Edge, now time.Time, cause error) (bool, time.Time, error) {
+	streak := 0
+	for _, e := range edges {
+		streak = max(streak, e.Unplaced)
+	}
+	streak++
+	next := now.Add(min(p.cfg.Backoff(streak), p.cfg.MaxBackoff()))
+	p.log.Debug("follower not placed", slog.String("publisher", pub.ID()), slog.String("follower", follower), slog.Int("streak", streak), slog.Time("next", next), slog.Any("err", cause))
+	err := pub.Between(context.WithoutCancel(ctx), func(tx *Tx) error {
+		for _, e := range edges {
+			if err := tx.AdvanceEdge(e.ID, e.Cursor, e.Attempts, streak, next, ""); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return false, next, err
 }
 
 // AdvanceEdge records an edge's progress: the cursor only moves forward;
-// a non-empty node rehomes the follower.
-func (t *Tx) AdvanceEdge(id int64, cursor uint64, attempts int, nextDue time.Time, node string) error {
+// attempts and unplaced are its failure and not-located streaks; a
+// non-empty node rehomes the follower.
+func (t *Tx) AdvanceEdge(id int64, cursor uint64, attempts, unplaced int, nextDue time.Time, node string) error {
 	var due int64
 	if !nextDue.IsZero() {
 		due = nextDue.UnixNano()
@@ -560,14 +807,14 @@ func (t *Tx) AdvanceEdge(id int64, cursor uint64, attempts int, nextDue time.Tim
 	if node != "" {
 		nodeArg = node
 	}
-	if _, err := t.f.advance.ExecContext(bg, int64(cursor), attempts, due, nodeArg, id); err != nil {
+	if _, err := t.f.advance.ExecContext(bg, int64(cursor), attempts, unplaced, due, nodeArg, id); err != nil {
 		return fmt.Errorf("advance edge %d: %w", id, err)
 	}
 	t.patches = append(t.patches, func(es []Edge) {
 		for i := range es {
 			if es[i].ID == id {
 				es[i].Cursor = max(es[i].Cursor, cursor)
-				es[i].Attempts, es[i].NextDue = attempts, due
+				es[i].Attempts, es[i].Unplaced, es[i].NextDue = attempts, unplaced, due
 				if node != "" {
 					es[i].Node = node
 				}

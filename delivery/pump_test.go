@@ -2,12 +2,14 @@ package delivery_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"log/slog"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -66,14 +68,41 @@ func (c *fakeClock) Advance(d time.Duration) {
 	}
 }
 
-// pub is a publisher over a real object file.
+// pub is a publisher over a real object file. Its lanes run on goroutines
+// it counts, so a test can wait for them.
 type pub struct {
 	id string
 	f  *delivery.File
 	mu sync.Mutex
+
+	lanes   sync.WaitGroup
+	started atomic.Int32 // lanes started since the last look
+	ctx     context.Context
+	stop    context.CancelFunc
+	wmu     sync.Mutex
+	wakes   []time.Time
 }
 
 func (p *pub) ID() string { return p.id }
+
+func (p *pub) Go(f func(context.Context)) bool {
+	if p.ctx.Err() != nil {
+		return false
+	}
+	p.started.Add(1)
+	p.lanes.Add(1)
+	go func() {
+		defer p.lanes.Done()
+		f(p.ctx)
+	}()
+	return true
+}
+
+func (p *pub) Wake(t time.Time) {
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	p.wakes = append(p.wakes, t)
+}
 
 func (p *pub) Between(_ context.Context, fn func(*delivery.Tx) error) error {
 	p.mu.Lock()
@@ -95,8 +124,14 @@ func newPub(t *testing.T) *pub {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { f.Close() })
-	return &pub{id: "chat/room1", f: f}
+	p := &pub{id: "chat/room1", f: f}
+	p.ctx, p.stop = context.WithCancel(context.Background())
+	t.Cleanup(func() {
+		p.stop()
+		p.lanes.Wait()
+		f.Close()
+	})
+	return p
 }
 
 func (p *pub) publish(t *testing.T, topic string, payloads ...string) {
@@ -168,6 +203,25 @@ type fakeNet struct {
 	batches  []*delivery.ConnBatch
 	objects  []*delivery.ObjectDelivery
 	ranges   func(*delivery.ObjectDelivery) []abi.Event
+	gates    map[string]*gate // follower → its deliveries wait here
+}
+
+// gate holds a follower's deliveries until open is closed; each delivery
+// that arrives is offered on entered.
+type gate struct {
+	open    chan struct{}
+	entered chan *delivery.ObjectDelivery
+}
+
+func (n *fakeNet) slow(follower string) *gate {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	g := &gate{open: make(chan struct{}), entered: make(chan *delivery.ObjectDelivery, 100)}
+	if n.gates == nil {
+		n.gates = map[string]*gate{}
+	}
+	n.gates[follower] = g
+	return g
 }
 
 func newNet() *fakeNet {
@@ -210,7 +264,23 @@ func (n *fakeNet) Connections(_ context.Context, node string, b *delivery.ConnBa
 	}), nil
 }
 
-func (n *fakeNet) Object(_ context.Context, node string, d *delivery.ObjectDelivery) (delivery.ObjectResult, error) {
+func (n *fakeNet) Object(ctx context.Context, node string, d *delivery.ObjectDelivery) (delivery.ObjectResult, error) {
+	n.mu.Lock()
+	gate := n.gates[d.Follower]
+	n.mu.Unlock()
+	if gate != nil {
+		// A slow follower: the delivery waits until the test opens the
+		// gate (or the pump stops).
+		select {
+		case gate.entered <- d:
+		default:
+		}
+		select {
+		case <-gate.open:
+		case <-ctx.Done():
+			return delivery.ObjectResult{}, ctx.Err()
+		}
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.objCall[d.Follower]++
@@ -249,7 +319,8 @@ func newPump(net *fakeNet, clock delivery.Clock) (*delivery.Pump, *nopObs) {
 	return delivery.NewPump(cfg, net, net, obs, slog.Default()), obs
 }
 
-// drain runs rounds until nothing is due.
+// drain runs rounds, and waits for the lanes they start, until nothing is
+// due; it returns when something is due next.
 func drain(t *testing.T, p *delivery.Pump, pb *pub) time.Time {
 	t.Helper()
 	for i := 0; i < 100; i++ {
@@ -257,7 +328,9 @@ func drain(t *testing.T, p *delivery.Pump, pb *pub) time.Time {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !more {
+		started := pb.started.Swap(0)
+		pb.lanes.Wait()
+		if !more && started == 0 {
 			return next
 		}
 	}
@@ -718,5 +791,279 @@ func TestConnectionCursorsMoveTogether(t *testing.T) {
 	}
 	if got := seqs(in2.items); !slices.Equal(got, []uint64{8, 9, 10, 11, 12, 13}) {
 		t.Fatalf("A.2 got %v", got)
+	}
+}
+
+func receivedSeqs(n *fakeNet, follower string) []uint64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var out []uint64
+	for _, e := range n.received[follower] {
+		out = append(out, e.Seq)
+	}
+	return out
+}
+
+func upTo(n int) []uint64 {
+	var out []uint64
+	for i := 1; i <= n; i++ {
+		out = append(out, uint64(i))
+	}
+	return out
+}
+
+// A follower whose delivery does not return holds back neither the
+// publisher's sockets nor its rounds: each round delivers to the
+// connections and returns while the follower's lane waits; no second
+// delivery goes to the busy follower; once it answers it gets every event,
+// once each, in order, without another round.
+//
+// conformance: D14 D15 D24
+func TestPumpSlowFollowerDoesNotHoldConnections(t *testing.T) {
+	pb := newPub(t)
+	net := newNet()
+	p, _ := newPump(net, nil)
+	in := net.conn("A", "A.1", 1000)
+	pb.follow(t, abi.FollowerConnection, "A.1", "A", "t", "")
+	pb.follow(t, abi.FollowerObject, "slow/1", "A", "t", "")
+	pb.follow(t, abi.FollowerObject, "quick/1", "A", "t", "")
+	g := net.slow("slow/1")
+	round := func() {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() {
+			for {
+				more, _, err := p.Round(context.Background(), pb)
+				if err != nil || !more {
+					done <- err
+					return
+				}
+			}
+		}()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("a round waits for the slow follower")
+		}
+	}
+	pb.publish(t, "t", "1")
+	round()
+	select {
+	case <-g.entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the slow follower's delivery did not start")
+	}
+	for i := 2; i <= 10; i++ {
+		pb.publish(t, "t", fmt.Sprint(i))
+		round()
+		if got := seqs(in.items); len(got) != i {
+			t.Fatalf("after publish %d the socket has %v", i, got)
+		}
+	}
+	if got := receivedSeqs(net, "slow/1"); len(got) != 0 {
+		t.Fatalf("slow follower got %v before answering", got)
+	}
+	if n := p.Lanes(); n != 1 {
+		t.Fatalf("%d lanes running, want the slow follower's alone", n)
+	}
+	net.mu.Lock()
+	calls := net.objCall["slow/1"]
+	net.mu.Unlock()
+	if calls != 0 || len(g.entered) != 0 {
+		t.Fatalf("a second delivery went to the busy follower")
+	}
+	if got := receivedSeqs(net, "quick/1"); !slices.Equal(got, upTo(10)) {
+		t.Fatalf("the quick follower got %v", got)
+	}
+	close(g.open)
+	pb.lanes.Wait() // no round: the lane itself picks up what came meanwhile
+	if got := receivedSeqs(net, "slow/1"); !slices.Equal(got, upTo(10)) {
+		t.Fatalf("slow follower got %v, want 1..10 once each in order", got)
+	}
+	if n := p.Lanes(); n != 0 {
+		t.Fatalf("%d lanes left", n)
+	}
+	for _, e := range pb.edges(t) {
+		if e.Cursor != 10 {
+			t.Fatalf("edge %s cursor %d", e.Follower, e.Cursor)
+		}
+	}
+}
+
+// Stopping the publisher's owner ends a lane that is waiting on its
+// follower: its goroutine returns, and the unfinished delivery is not
+// recorded as a failure (it goes again after a restart).
+func TestPumpLaneStopsWithItsOwner(t *testing.T) {
+	pb := newPub(t)
+	net := newNet()
+	p, obs := newPump(net, nil)
+	pb.follow(t, abi.FollowerObject, "slow/1", "A", "t", "")
+	g := net.slow("slow/1")
+	pb.publish(t, "t", "1")
+	if _, _, err := p.Round(context.Background(), pb); err != nil {
+		t.Fatal(err)
+	}
+	<-g.entered
+	pb.stop()
+	done := make(chan struct{})
+	go func() { pb.lanes.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the lane did not stop with its owner")
+	}
+	if e := pb.edges(t)[0]; e.Attempts != 0 || e.Cursor != 0 || obs.retried != 0 {
+		t.Fatalf("edge %+v after stop: want untouched", e)
+	}
+	if p.Lanes() != 0 {
+		t.Fatal("a lane mark was left behind")
+	}
+	if pb.Go(func(context.Context) {}) {
+		t.Fatal("a stopped owner started a lane")
+	}
+}
+
+// Events of one publisher reach a follower in publish order across all of
+// its edges: a follower on topics a and b whose receive fails for a while
+// holds both edges back under one backoff, and after recovery its log is in
+// seq order across the topics.
+//
+// conformance: D18 D24
+func TestD24_OrderAcrossAFollowersEdges(t *testing.T) {
+	clock := newFakeClock()
+	pb := newPub(t)
+	net := newNet()
+	p, obs := newPump(net, clock)
+	pb.follow(t, abi.FollowerObject, "f/1", "A", "a", "")
+	pb.follow(t, abi.FollowerObject, "f/1", "A", "b", "")
+	pb.follow(t, abi.FollowerObject, "f/1", "A", "", "n=3") // all topics, filtered
+	net.fail["f/1"] = 3
+	for i := 1; i <= 6; i++ {
+		pb.publish(t, []string{"a", "b"}[(i-1)%2], fmt.Sprintf(`{"n":%d}`, i))
+	}
+	next := drain(t, p, pb)
+	if next.IsZero() {
+		t.Fatal("a failing follower should back off")
+	}
+	// One backoff for the follower: every edge waits for the same time.
+	for _, e := range pb.edges(t) {
+		if e.NextDue != next.UnixNano() {
+			t.Fatalf("edge on %q due %v, want %v with its sibling", e.Topic, time.Unix(0, e.NextDue), next)
+		}
+		if want := map[string]delivery.EdgeState{"a": delivery.EdgeRetrying, "b": delivery.EdgeHeld, "": delivery.EdgeHeld}[e.Topic]; e.State != want {
+			t.Fatalf("edge on %q is %q, want %q", e.Topic, e.State, want)
+		}
+	}
+	for !next.IsZero() {
+		clock.Advance(next.Sub(clock.Now()))
+		next = drain(t, p, pb)
+	}
+	// Seq 3 matches two edges (topic a, and all topics filtered on n=3):
+	// the follower gets it once per edge, in a row.
+	if got := receivedSeqs(net, "f/1"); !slices.Equal(got, []uint64{1, 2, 3, 3, 4, 5, 6}) {
+		t.Fatalf("follower got %v, want publish order across its edges", got)
+	}
+	if obs.retried != 3 || obs.dropped != 0 {
+		t.Fatalf("retried %d dropped %d, want 3 and 0", obs.retried, obs.dropped)
+	}
+	for _, e := range pb.edges(t) {
+		if e.Cursor != 6 || e.Attempts != 0 || e.State != delivery.EdgeOK {
+			t.Fatalf("edge %+v after recovery", e)
+		}
+	}
+}
+
+// A follower that cannot be located backs off like a failed attempt (500 ms
+// doubling, then 32 s) without counting one: it is never dropped, shows as
+// unplaced with its next attempt, and is routed at the first attempt after
+// it is served again.
+//
+// conformance: D19 D20
+func TestD20_UnplacedFollowerBacksOffAndIsNeverDropped(t *testing.T) {
+	clock := newFakeClock()
+	pb := newPub(t)
+	net := newNet()
+	p, obs := newPump(net, clock)
+	pb.follow(t, abi.FollowerObject, "tally/1", "OLD", "t", "")
+	pb.follow(t, abi.FollowerObject, "tally/1", "OLD", "u", "")
+	pb.publish(t, "t", `1`)
+	pb.publish(t, "u", `2`)
+	var waits []time.Duration
+	next := drain(t, p, pb)
+	for range 12 {
+		if next.IsZero() {
+			t.Fatal("an unplaced follower must be tried again")
+		}
+		for _, e := range pb.edges(t) {
+			if e.State != delivery.EdgeUnplaced || e.Attempts != 0 || e.NextAttempt == "" {
+				t.Fatalf("edge %+v: want unplaced, no attempt counted, a next attempt", e)
+			}
+			if at, err := time.Parse(time.RFC3339Nano, e.NextAttempt); err != nil || !at.Equal(next) {
+				t.Fatalf("next attempt %q, want %v", e.NextAttempt, next)
+			}
+		}
+		waits = append(waits, next.Sub(clock.Now()))
+		clock.Advance(next.Sub(clock.Now()))
+		next = drain(t, p, pb)
+	}
+	s := time.Second
+	want := []time.Duration{s / 2, s, 2 * s, 4 * s, 8 * s, 16 * s, 32 * s, 32 * s, 32 * s, 32 * s, 32 * s, 32 * s}
+	if !slices.Equal(waits, want) {
+		t.Fatalf("waits %v, want %v", waits, want)
+	}
+	if len(pb.edges(t)) != 2 || obs.dropped != 0 || obs.retried != 0 {
+		t.Fatalf("unplaced is not a failure: dropped %d, retried %d", obs.dropped, obs.retried)
+	}
+	// Served again: the next attempt routes it, nothing counted.
+	net.mu.Lock()
+	net.located["tally/1"] = "B"
+	net.live["B"] = true
+	net.mu.Unlock()
+	clock.Advance(next.Sub(clock.Now()))
+	if next := drain(t, p, pb); !next.IsZero() {
+		t.Fatalf("still due at %v after it is served", next)
+	}
+	if got := receivedSeqs(net, "tally/1"); !slices.Equal(got, []uint64{1, 2}) {
+		t.Fatalf("follower got %v", got)
+	}
+	for _, e := range pb.edges(t) {
+		if e.Node != "B" || e.State != delivery.EdgeOK || e.Unplaced != 0 || e.Attempts != 0 || e.NextAttempt != "" {
+			t.Fatalf("edge %+v: want routed to B, ok", e)
+		}
+	}
+}
+
+// A file made before edges had an unplaced column opens, gains it, and
+// its edges read as before.
+func TestEdgesSchemaUpgrade(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "old.db")
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = db.Exec(`CREATE TABLE edges (
+		id INTEGER PRIMARY KEY, kind INTEGER NOT NULL, follower TEXT NOT NULL, node TEXT NOT NULL,
+		topic TEXT NOT NULL, filter TEXT NOT NULL DEFAULT '', cursor INTEGER NOT NULL,
+		attempts INTEGER NOT NULL DEFAULT 0, next_due INTEGER NOT NULL DEFAULT 0, created INTEGER NOT NULL,
+		UNIQUE (kind, follower, topic));
+		INSERT INTO edges (kind, follower, node, topic, cursor, attempts, next_due, created) VALUES (2, 'tally/1', 'A', 't', 7, 2, 99, 1)`)
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // and again, upgraded
+		f, err := delivery.OpenFile(context.Background(), path, delivery.SyncNormal)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pb := &pub{id: "p/1", f: f}
+		es := pb.edges(t)
+		f.Close()
+		if len(es) != 1 || es[0].Cursor != 7 || es[0].Attempts != 2 || es[0].Unplaced != 0 || es[0].State != delivery.EdgeRetrying {
+			t.Fatalf("edges %+v", es)
+		}
 	}
 }

@@ -23,8 +23,10 @@ import (
 // objects following each other at once must not wait forever.
 const followLockWait = 2 * time.Second
 
-// pumpState is an object's pump scheduling: at most one pump goroutine per
-// object, re-run when kicked while running.
+// pumpState is an object's pump scheduling: at most one round goroutine
+// (its connection lane) per object, re-run when kicked while running. The
+// lanes of its object followers run beside it, at most one per follower
+// (delivery.Pump keeps that), started through publisher.Go.
 type pumpState struct {
 	running atomic.Bool
 	again   atomic.Bool
@@ -111,6 +113,38 @@ func (n *Node) scheduleRetry(id ObjectID, t time.Time) {
 type publisher struct{ o *object }
 
 func (p publisher) ID() string { return p.o.id.String() }
+
+// Go runs a follower lane of the publisher: it holds a reference to the
+// object, so the object stays active while the lane runs, and counts in
+// pumps, so Shutdown waits for it; its context ends at Shutdown.
+func (p publisher) Go(f func(context.Context)) bool {
+	n := p.o.node
+	o, err := n.objects.acquire(p.o.id)
+	if err != nil {
+		return false
+	}
+	if o != p.o {
+		n.objects.release(o)
+		return false
+	}
+	n.pumpMu.Lock()
+	if n.stopping {
+		n.pumpMu.Unlock()
+		n.objects.release(o)
+		return false
+	}
+	n.pumps.Add(1)
+	n.pumpMu.Unlock()
+	go func() {
+		defer n.pumps.Done()
+		defer n.objects.release(o)
+		f(n.bgContext)
+	}()
+	return true
+}
+
+// Wake schedules a round of the publisher at t.
+func (p publisher) Wake(t time.Time) { p.o.node.scheduleRetry(p.o.id, t) }
 
 func (p publisher) Between(ctx context.Context, f func(*delivery.Tx) error) error {
 	o := p.o

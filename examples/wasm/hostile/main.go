@@ -10,8 +10,10 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
+	"time"
 	"unsafe"
 
 	sdk "github.com/durable-host/host/sdk/go"
@@ -37,6 +39,13 @@ func recurse(n int) int {
 	var buf [256]byte
 	buf[n%256] = byte(n)
 	return recurse(n+1) + int(buf[(n*7)%256])
+}
+
+// payloadArg is the number after the colon of a payload "word:N".
+func payloadArg(p string) int64 {
+	_, n, _ := strings.Cut(strings.Trim(p, `"`), ":")
+	v, _ := strconv.ParseInt(n, 10, 64)
+	return v
 }
 
 // attempt runs f and reports what happened to it, for the sandbox probes.
@@ -136,16 +145,27 @@ func init() {
 	}) (bool, error) {
 		return true, sdk.Follow(in.Publisher, in.Topic, sdk.FollowOptions{Filter: in.Filter, Params: []byte(in.Params)})
 	})
-	// receive fails on "fail", loops on "loop", else records the event.
+	// receive fails on "fail", loops on "loop", fails until a wall-clock
+	// time on "fail_until:UNIX_MS", spins for a while on "spin:MS" and
+	// then records it; else it records the event.
 	sdk.OnReceive(func(e sdk.Event) error {
-		switch string(e.Payload) {
-		case `"fail"`:
+		p := string(e.Payload)
+		switch {
+		case p == `"fail"`:
 			return errors.New("receive failed on purpose")
-		case `"loop"`:
+		case p == `"loop"`:
 			for i := 0; ; i++ {
 				if i < 0 {
 					return nil
 				}
+			}
+		case strings.HasPrefix(p, `"fail_until:`):
+			if time.Now().UnixMilli() < payloadArg(p) {
+				return errors.New("receive failing on purpose for a while")
+			}
+		case strings.HasPrefix(p, `"spin:`):
+			d := time.Duration(payloadArg(p)) * time.Millisecond
+			for start := time.Now(); time.Since(start) < d; {
 			}
 		}
 		n := sdk.GetInt("received") + 1
