@@ -80,6 +80,7 @@ type Node struct {
 	LogPath string
 	Client  *host.Client
 	cmd     *exec.Cmd
+	args    []string
 	logf    *os.File
 	done    chan struct{}
 	exitErr error
@@ -174,32 +175,28 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 		args := []string{"serve",
 			"--data", n.Data,
 			"--listen", strings.TrimPrefix(n.URL, "http://"),
-			"--nats-cluster", strings.TrimPrefix(n.Route, "nats://"),
-			// A name of its own: a stray route from another cluster on
-			// this machine is refused instead of merging.
-			"--nats-cluster-name", "bench-" + filepath.Base(c.dir),
 			"--fanout", cfg.Mode,
 			"--lease-ttl", cfg.LeaseTTL.String(),
 			"--log-level", cfg.LogLevel,
 		}
 		if len(peers) > 0 {
-			args = append(args, "--nats-routes", strings.Join(peers, ","))
+			args = append(args,
+				"--nats-cluster", strings.TrimPrefix(n.Route, "nats://"),
+				// A name of its own: a stray route from another cluster on
+				// this machine is refused instead of merging.
+				"--nats-cluster-name", "bench-"+filepath.Base(c.dir),
+				"--nats-routes", strings.Join(peers, ","))
 		}
 		n.logf, err = os.Create(n.LogPath)
 		if err != nil {
 			c.Close()
 			return nil, err
 		}
-		n.cmd = exec.Command(cfg.Exe, args...)
-		n.cmd.Stdout, n.cmd.Stderr = n.logf, n.logf
-		if err := n.cmd.Start(); err != nil {
+		n.args = args
+		if err := n.start(cfg.Exe); err != nil {
 			c.Close()
 			return nil, fmt.Errorf("start node %d: %w", i, err)
 		}
-		go func() {
-			n.exitErr = n.cmd.Wait()
-			close(n.done)
-		}()
 		c.Nodes = append(c.Nodes, n)
 	}
 	if err := c.waitMembers(ctx, 3*time.Minute); err != nil {
@@ -207,6 +204,37 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+func (n *Node) start(exe string) error {
+	n.cmd = exec.Command(exe, n.args...)
+	n.cmd.Stdout, n.cmd.Stderr = n.logf, n.logf
+	n.done = make(chan struct{})
+	if err := n.cmd.Start(); err != nil {
+		return err
+	}
+	go func() {
+		n.exitErr = n.cmd.Wait()
+		close(n.done)
+	}()
+	return nil
+}
+
+// Restart stops node i gracefully (SIGTERM) and starts it again on its
+// data directory, under a new id, and waits for the cluster to list it.
+func (c *Cluster) Restart(ctx context.Context, i int) error {
+	n := c.Nodes[i]
+	n.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-n.done:
+	case <-time.After(60 * time.Second):
+		n.cmd.Process.Signal(syscall.SIGKILL)
+		<-n.done
+	}
+	if err := n.start(c.cfg.Exe); err != nil {
+		return fmt.Errorf("restart node %d: %w", i, err)
+	}
+	return c.waitMembers(ctx, 3*time.Minute)
 }
 
 // waitMembers waits until every node lists all nodes as live.
