@@ -74,7 +74,7 @@ func BenchmarkHOLSocketLatency(b *testing.B) {
 	var spunAt time.Time
 	slow := measure(b.N, func() {
 		if time.Since(spunAt) > 8*time.Second {
-			publish(fmt.Sprintf(`"spin:%d"`, (9 * time.Second).Milliseconds()))
+			publish(fmt.Sprintf(`"sleep:%d"`, (9 * time.Second).Milliseconds()))
 			spunAt = time.Now()
 		}
 	})

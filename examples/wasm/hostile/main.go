@@ -146,8 +146,8 @@ func init() {
 		return true, sdk.Follow(in.Publisher, in.Topic, sdk.FollowOptions{Filter: in.Filter, Params: []byte(in.Params)})
 	})
 	// receive fails on "fail", loops on "loop", fails until a wall-clock
-	// time on "fail_until:UNIX_MS", spins for a while on "spin:MS" and
-	// then records it; else it records the event.
+	// time on "fail_until:UNIX_MS", spins for a while on "spin:MS" (or
+	// sleeps on "sleep:MS") and then records it; else it records the event.
 	sdk.OnReceive(func(e sdk.Event) error {
 		p := string(e.Payload)
 		switch {
@@ -167,6 +167,9 @@ func init() {
 			d := time.Duration(payloadArg(p)) * time.Millisecond
 			for start := time.Now(); time.Since(start) < d; {
 			}
+		case strings.HasPrefix(p, `"sleep:`):
+			// As slow as spin, without holding a CPU: WASI's poll_oneoff.
+			time.Sleep(time.Duration(payloadArg(p)) * time.Millisecond)
 		}
 		n := sdk.GetInt("received") + 1
 		sdk.PutInt("received", n)
