@@ -160,11 +160,14 @@ A call or a watch against any node reaches the object's home node.`,
 			{
 				Name:  "dev",
 				Usage: "run a node with the example programs built and uploaded: the one-command start",
-				Description: `Builds every example in examples/wasm (Go; Rust too when Debian's rustc with
-the wasm32 target is installed) into examples/wasm/out, starts a node like
-"host serve" and uploads them, then prints what to try.`,
+				Description: `Builds every example in --examples (Go; Rust too when Debian's rustc with
+the wasm32 target is installed) into the user's cache directory
+($XDG_CACHE_HOME/host/examples, by default ~/.cache/host/examples), starts a
+node like "host serve" and uploads them, then prints what to try.
+The sources are only read: by default those this binary was built from (a
+checkout, or the module cache for "go install"). Needs the go command.`,
 				Flags: append(nodeFlags(),
-					&cli.StringFlag{Name: "examples", Value: examples.SourceDir(), Usage: "`DIR` of the example sources"},
+					&cli.StringFlag{Name: "examples", Value: examples.SourceDir(), Usage: "`DIR` of the example sources: a subdirectory per program, with main.go (Go) or lib.rs (Rust)"},
 				),
 				Action: func(c *cli.Context) error {
 					cfg, err := nodeConfig(c, stderr)
@@ -172,8 +175,9 @@ the wasm32 target is installed) into examples/wasm/out, starts a node like
 						return err
 					}
 					cfg.Demo = true
+					src := c.String("examples")
 					return serve(c.Context, cfg, func(ctx context.Context, n *host.Node) error {
-						return devSetup(ctx, n, stdout)
+						return devSetup(ctx, n, src, stdout)
 					}, stdout)
 				},
 			},
@@ -456,10 +460,27 @@ func serve(parent context.Context, cfg host.Config, setup func(context.Context, 
 	}
 }
 
-func devSetup(ctx context.Context, n *host.Node, stdout io.Writer) error {
-	out := filepath.Join(examples.SourceDir(), "out")
-	fmt.Fprintf(stdout, "building examples into %s ...\n", out)
-	built, err := examples.Build(ctx, out, examples.Options{SkipRust: true})
+// devOutDir is where host dev builds the examples: the user's cache, so an
+// installed binary never writes into its sources (the module cache is
+// read-only, and a checkout's examples/wasm/out belongs to make examples).
+func devOutDir() (string, error) {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		return "", fmt.Errorf("no cache directory to build the examples in (set XDG_CACHE_HOME or HOME): %w", err)
+	}
+	return filepath.Join(dir, "host", "examples"), nil
+}
+
+func devSetup(ctx context.Context, n *host.Node, src string, stdout io.Writer) error {
+	if fi, err := os.Stat(src); err != nil || !fi.IsDir() {
+		return fmt.Errorf("no example sources at %s (this binary was built elsewhere, or with -trimpath): pass --examples DIR, the examples/wasm directory of a checkout", src)
+	}
+	out, err := devOutDir()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "building examples from %s into %s ...\n", src, out)
+	built, err := examples.Build(ctx, out, examples.Options{Source: src, SkipRust: true})
 	if err != nil {
 		return fmt.Errorf("build examples: %w", err)
 	}
@@ -469,13 +490,13 @@ func devSetup(ctx context.Context, n *host.Node, stdout io.Writer) error {
 		fmt.Fprintf(stdout, "  (Rust examples skipped: %v)\n", rerr)
 	} else {
 		var rust []string
-		entries, _ := os.ReadDir(examples.SourceDir())
+		entries, _ := os.ReadDir(src)
 		for _, e := range entries {
 			if strings.HasSuffix(e.Name(), "-rust") {
 				rust = append(rust, e.Name())
 			}
 		}
-		rb, rerr := examples.Build(ctx, out, examples.Options{Only: rust})
+		rb, rerr := examples.Build(ctx, out, examples.Options{Source: src, Only: rust})
 		if rerr != nil {
 			fmt.Fprintf(stdout, "  (Rust examples skipped: %v)\n", firstLine(rerr.Error()))
 		} else {
