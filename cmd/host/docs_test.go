@@ -50,13 +50,7 @@ func TestDocs(t *testing.T) {
 	repo := filepath.Dir(filepath.Dir(examples.SourceDir()))
 	vmtest.Examples(t) // examples/wasm/out, which the cluster and tenant scripts upload
 	goEnv := goEnvVars(t)
-	// Every node of every script shares one compilation cache (through
-	// DATA/cache), kept across runs like vmtest's: compiling the Go
-	// examples is most of a cold node's start.
-	compiled := filepath.Join(os.TempDir(), "host-test-docs-wazero-cache")
-	if err := os.MkdirAll(compiled, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	compiled := docsCompileCache(t)
 	// host bench copies a seed into each node's cache and fills it when
 	// empty: one per version of the modules it uploads.
 	benchSeed := filepath.Join(os.TempDir(), "host-test-docs-bench-cache-"+contentKey(t,
@@ -125,6 +119,18 @@ func TestDocs(t *testing.T) {
 			"gotest":   cmdGoTest,
 		},
 	})
+}
+
+// docsCompileCache is the compilation cache every node these tests start
+// shares (through DATA/cache), kept across runs like vmtest's: compiling
+// the Go examples is most of a cold node's start.
+func docsCompileCache(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(os.TempDir(), "host-test-docs-wazero-cache")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 // goEnvVars is what the go command needs with HOME elsewhere: the real

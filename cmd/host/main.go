@@ -486,16 +486,16 @@ func devSetup(ctx context.Context, n *host.Node, src string, stdout io.Writer) e
 	}
 	// Rust examples are a bonus here: without the toolchain, or if one
 	// fails to build, the Go ones still make a working demo.
+	var rust []string
+	entries, _ := os.ReadDir(src)
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), "-rust") {
+			rust = append(rust, e.Name())
+		}
+	}
 	if _, rerr := examples.Rustc(); rerr != nil {
 		fmt.Fprintf(stdout, "  (Rust examples skipped: %v)\n", rerr)
-	} else {
-		var rust []string
-		entries, _ := os.ReadDir(src)
-		for _, e := range entries {
-			if strings.HasSuffix(e.Name(), "-rust") {
-				rust = append(rust, e.Name())
-			}
-		}
+	} else if len(rust) > 0 {
 		rb, rerr := examples.Build(ctx, out, examples.Options{Source: src, Only: rust})
 		if rerr != nil {
 			fmt.Fprintf(stdout, "  (Rust examples skipped: %v)\n", firstLine(rerr.Error()))
