@@ -49,16 +49,17 @@ per second, and checks every follower counted every event exactly once.
 Needs ulimit -n of at least --watchers + 1024 (2 × --watchers + 512 for the
 raw ceiling); it raises the soft limit to the hard one.`,
 		Flags: []cli.Flag{
-			&cli.IntFlag{Name: "nodes", Value: 8, Usage: "node processes to start"},
-			&cli.IntFlag{Name: "watchers", Value: 5000, Usage: "fanout: WebSocket watchers, spread round-robin over the nodes"},
-			&cli.IntFlag{Name: "followers", Value: 50, Usage: "followers: tally objects following the room, on the nodes other than the publisher's"},
-			&cli.IntFlag{Name: "messages", Value: 100, Usage: "measured messages (after 3 unmeasured warm-up ones)"},
+			&cli.IntFlag{Name: "nodes", Value: 8, EnvVars: []string{"HOST_BENCH_NODES"}, Usage: "node processes to start"},
+			&cli.IntFlag{Name: "watchers", Value: 5000, EnvVars: []string{"HOST_BENCH_WATCHERS"}, Usage: "fanout: WebSocket watchers, spread round-robin over the nodes"},
+			&cli.IntFlag{Name: "followers", Value: 50, EnvVars: []string{"HOST_BENCH_FOLLOWERS"}, Usage: "followers: tally objects following the room, on the nodes other than the publisher's"},
+			&cli.IntFlag{Name: "messages", Value: 100, EnvVars: []string{"HOST_BENCH_MESSAGES"}, Usage: "measured messages (after 3 unmeasured warm-up ones)"},
 			&cli.StringFlag{Name: "fanout", Value: bench.ModeNode, Usage: "fanout: node, socket, subject or all"},
 			&cli.BoolFlag{Name: "no-raw", Usage: "fanout: skip the raw single-process WebSocket ceiling"},
 			&cli.DurationFlag{Name: "timeout", Value: 60 * time.Second, Usage: "longest wait for one message to reach everyone"},
 			&cli.DurationFlag{Name: "lease-ttl", Value: 60 * time.Second, Usage: "the nodes' --lease-ttl (long: a loaded machine misses heartbeats)"},
 			&cli.StringFlag{Name: "log-level", Value: "warn", Usage: "the nodes' --log-level (their output goes to node-I.log in the run directory)"},
 			&cli.StringFlag{Name: "dir", Usage: "keep the nodes' data and logs under `DIR` (default: a temporary directory, removed)"},
+			&cli.StringFlag{Name: "cache", EnvVars: []string{"HOST_BENCH_CACHE"}, Usage: "seed every node's compilation cache from `DIR`, filled by the first cluster when empty, so later runs skip compiling (default: one per invocation)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
 			&cli.BoolFlag{Name: "no-progress", Usage: "no progress line on stderr"},
 		},
@@ -84,7 +85,7 @@ raw ceiling); it raises the soft limit to the hard one.`,
 						FanoutConfig: bench.FanoutConfig{
 							Exe: cfg.exe, Nodes: c.Int("nodes"), Watchers: c.Int("watchers"), Messages: c.Int("messages"),
 							Timeout: c.Duration("timeout"), LeaseTTL: c.Duration("lease-ttl"), LogLevel: c.String("log-level"),
-							Dir: c.String("dir"), Progress: cfg.progress,
+							Dir: c.String("dir"), CacheSeed: c.String("cache"), Progress: cfg.progress,
 						},
 						Modes:   modes,
 						SkipRaw: c.Bool("no-raw"),
@@ -115,7 +116,7 @@ raw ceiling); it raises the soft limit to the hard one.`,
 					r, err := bench.RunFollowers(cfg.ctx, bench.FollowersConfig{
 						Exe: cfg.exe, Nodes: c.Int("nodes"), Followers: c.Int("followers"), Messages: c.Int("messages"),
 						Timeout: c.Duration("timeout"), LeaseTTL: c.Duration("lease-ttl"), LogLevel: c.String("log-level"),
-						Dir: c.String("dir"), Progress: cfg.progress,
+						Dir: c.String("dir"), CacheSeed: c.String("cache"), Progress: cfg.progress,
 					})
 					cfg.done()
 					if err != nil {
@@ -148,6 +149,11 @@ func benchBase(c *cli.Context, stderr io.Writer) (*benchRun, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("cannot find this executable to start nodes: %w", err)
+	}
+	if dir := c.String("cache"); dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("--cache: %w", err)
+		}
 	}
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	p := &progressLine{w: stderr, off: c.Bool("no-progress")}

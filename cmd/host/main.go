@@ -160,11 +160,14 @@ A call or a watch against any node reaches the object's home node.`,
 			{
 				Name:  "dev",
 				Usage: "run a node with the example programs built and uploaded: the one-command start",
-				Description: `Builds every example in examples/wasm (Go; Rust too when Debian's rustc with
-the wasm32 target is installed) into examples/wasm/out, starts a node like
-"host serve" and uploads them, then prints what to try.`,
+				Description: `Builds every example in --examples (Go; Rust too when Debian's rustc with
+the wasm32 target is installed) into the user's cache directory
+($XDG_CACHE_HOME/host/examples, by default ~/.cache/host/examples), starts a
+node like "host serve" and uploads them, then prints what to try.
+The sources are only read: by default those this binary was built from (a
+checkout, or the module cache for "go install"). Needs the go command.`,
 				Flags: append(nodeFlags(),
-					&cli.StringFlag{Name: "examples", Value: examples.SourceDir(), Usage: "`DIR` of the example sources"},
+					&cli.StringFlag{Name: "examples", Value: examples.SourceDir(), Usage: "`DIR` of the example sources: a subdirectory per program, with main.go (Go) or lib.rs (Rust)"},
 				),
 				Action: func(c *cli.Context) error {
 					cfg, err := nodeConfig(c, stderr)
@@ -172,8 +175,9 @@ the wasm32 target is installed) into examples/wasm/out, starts a node like
 						return err
 					}
 					cfg.Demo = true
+					src := c.String("examples")
 					return serve(c.Context, cfg, func(ctx context.Context, n *host.Node) error {
-						return devSetup(ctx, n, stdout)
+						return devSetup(ctx, n, src, stdout)
 					}, stdout)
 				},
 			},
@@ -456,26 +460,43 @@ func serve(parent context.Context, cfg host.Config, setup func(context.Context, 
 	}
 }
 
-func devSetup(ctx context.Context, n *host.Node, stdout io.Writer) error {
-	out := filepath.Join(examples.SourceDir(), "out")
-	fmt.Fprintf(stdout, "building examples into %s ...\n", out)
-	built, err := examples.Build(ctx, out, examples.Options{SkipRust: true})
+// devOutDir is where host dev builds the examples: the user's cache, so an
+// installed binary never writes into its sources (the module cache is
+// read-only, and a checkout's examples/wasm/out belongs to make examples).
+func devOutDir() (string, error) {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		return "", fmt.Errorf("no cache directory to build the examples in (set XDG_CACHE_HOME or HOME): %w", err)
+	}
+	return filepath.Join(dir, "host", "examples"), nil
+}
+
+func devSetup(ctx context.Context, n *host.Node, src string, stdout io.Writer) error {
+	if fi, err := os.Stat(src); err != nil || !fi.IsDir() {
+		return fmt.Errorf("no example sources at %s (this binary was built elsewhere, or with -trimpath): pass --examples DIR, the examples/wasm directory of a checkout", src)
+	}
+	out, err := devOutDir()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "building examples from %s into %s ...\n", src, out)
+	built, err := examples.Build(ctx, out, examples.Options{Source: src, SkipRust: true})
 	if err != nil {
 		return fmt.Errorf("build examples: %w", err)
 	}
 	// Rust examples are a bonus here: without the toolchain, or if one
 	// fails to build, the Go ones still make a working demo.
+	var rust []string
+	entries, _ := os.ReadDir(src)
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), "-rust") {
+			rust = append(rust, e.Name())
+		}
+	}
 	if _, rerr := examples.Rustc(); rerr != nil {
 		fmt.Fprintf(stdout, "  (Rust examples skipped: %v)\n", rerr)
-	} else {
-		var rust []string
-		entries, _ := os.ReadDir(examples.SourceDir())
-		for _, e := range entries {
-			if strings.HasSuffix(e.Name(), "-rust") {
-				rust = append(rust, e.Name())
-			}
-		}
-		rb, rerr := examples.Build(ctx, out, examples.Options{Only: rust})
+	} else if len(rust) > 0 {
+		rb, rerr := examples.Build(ctx, out, examples.Options{Source: src, Only: rust})
 		if rerr != nil {
 			fmt.Fprintf(stdout, "  (Rust examples skipped: %v)\n", firstLine(rerr.Error()))
 		} else {
@@ -513,44 +534,24 @@ func firstLine(s string) string {
 	return line
 }
 
-// permute moves flags that follow positional arguments in front of them, so
-// "host upload app.wasm --name app" works like "host upload --name app
-// app.wasm" (urfave/cli stops parsing flags at the first argument).
+// permute puts every flag right after the command that defines it, so
+// flags may come before or after positional arguments ("host upload app.wasm
+// --name app") and before or after a subcommand's name ("host bench --nodes
+// 4 fanout", "host bench fanout --nodes 4"): urfave/cli stops parsing flags
+// at the first argument, and a command parses only its own flags (its
+// subcommands read them through their parent). A flag that no command on
+// the path defines goes to the last one, which reports it.
 func permute(app *cli.App, args []string) []string {
 	if len(args) < 2 {
 		return args
 	}
-	// Find the command, descending into subcommands (host tenant create).
-	var cmd *cli.Command
-	cmds, at := app.Commands, 1
-	for at < len(args) {
-		var next *cli.Command
-		for _, c := range cmds {
-			if c.Name == args[at] {
-				next = c
-			}
-		}
-		if next == nil {
-			break
-		}
-		cmd, cmds = next, next.Subcommands
-		at++
-		if len(cmds) == 0 {
-			break
-		}
-	}
-	if cmd == nil {
-		return args
-	}
-	valued := map[string]bool{}
-	for _, f := range cmd.Flags {
-		_, isBool := f.(*cli.BoolFlag)
-		for _, name := range f.Names() {
-			valued[name] = !isBool
-		}
-	}
-	var flags, pos []string
-	rest := args[at:]
+	var (
+		path []*cli.Command // the command and subcommands named in args
+		seen [][]string     // each flag, with its value if it takes one
+		pos  []string
+		cmds = app.Commands
+		rest = args[1:]
+	)
 	for i := 0; i < len(rest); i++ {
 		a := rest[i]
 		if a == "--" {
@@ -558,20 +559,88 @@ func permute(app *cli.App, args []string) []string {
 			break
 		}
 		if len(a) > 1 && a[0] == '-' {
-			flags = append(flags, a)
-			name := strings.TrimLeft(a, "-")
-			if !strings.Contains(name, "=") && valued[name] && i+1 < len(rest) {
-				flags = append(flags, rest[i+1])
+			name, _, inline := strings.Cut(strings.TrimLeft(a, "-"), "=")
+			words := []string{a}
+			if !inline && takesValue(path, cmds, name) && i+1 < len(rest) {
+				words = append(words, rest[i+1])
 				i++
 			}
+			seen = append(seen, words)
+			continue
+		}
+		if c := findCommand(cmds, a); c != nil && len(pos) == 0 {
+			path = append(path, c)
+			cmds = c.Subcommands
 			continue
 		}
 		pos = append(pos, a)
 	}
-	out := append(append([]string{}, args[:at]...), flags...)
+	if len(path) == 0 {
+		return args // no command: --help, or urfave/cli's own answer to a typo
+	}
+	// flags[0] go after the app's name, flags[i] after path[i-1].
+	flags := make([][]string, len(path)+1)
+	for _, words := range seen {
+		name, _, _ := strings.Cut(strings.TrimLeft(words[0], "-"), "=")
+		at := len(path)
+		for i := len(path) - 1; i >= 0; i-- {
+			if flagNamed(path[i], name) != nil {
+				at = i + 1
+				break
+			}
+		}
+		flags[at] = append(flags[at], words...)
+	}
+	out := append([]string{args[0]}, flags[0]...)
+	for i, c := range path {
+		out = append(out, c.Name)
+		out = append(out, flags[i+1]...)
+	}
 	if len(pos) > 0 {
 		out = append(out, "--")
 		out = append(out, pos...)
 	}
 	return out
+}
+
+func findCommand(cmds []*cli.Command, name string) *cli.Command {
+	for _, c := range cmds {
+		if c.HasName(name) {
+			return c
+		}
+	}
+	return nil
+}
+
+func flagNamed(c *cli.Command, name string) cli.Flag {
+	for _, f := range c.Flags {
+		for _, n := range f.Names() {
+			if n == name {
+				return f
+			}
+		}
+	}
+	return nil
+}
+
+// takesValue reports whether flag name takes a value: as the nearest
+// command of path defines it, else as a subcommand that may still be named
+// (below) does.
+func takesValue(path, below []*cli.Command, name string) bool {
+	for i := len(path) - 1; i >= 0; i-- {
+		if f := flagNamed(path[i], name); f != nil {
+			_, isBool := f.(*cli.BoolFlag)
+			return !isBool
+		}
+	}
+	for _, c := range below {
+		if f := flagNamed(c, name); f != nil {
+			_, isBool := f.(*cli.BoolFlag)
+			return !isBool
+		}
+		if takesValue(nil, c.Subcommands, name) {
+			return true
+		}
+	}
+	return false
 }

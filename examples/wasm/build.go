@@ -11,6 +11,8 @@ package examples
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -22,7 +24,10 @@ import (
 	"sync"
 )
 
-// SourceDir returns the directory holding the examples' sources.
+// SourceDir returns the directory holding the examples' sources: the one
+// this package was compiled from, a checkout or, for a `go install`ed
+// binary, the read-only module cache. It need not exist where the binary
+// runs (built with -trimpath, or copied to another machine).
 func SourceDir() string {
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Dir(file)
@@ -37,6 +42,10 @@ type Built struct {
 
 // Options select what Build builds.
 type Options struct {
+	// Source is the directory of the examples' sources, read only (it may
+	// be in the read-only module cache); empty is SourceDir(). The Rust
+	// SDK is read from ../../sdk/rust beside it, as in this repository.
+	Source string
 	// Only builds just these programs (by name); empty builds all.
 	Only []string
 	// SkipRust skips the Rust examples.
@@ -47,7 +56,10 @@ type Options struct {
 // it built. Outputs are written atomically, so concurrent builds into one
 // directory are safe.
 func Build(ctx context.Context, outDir string, opt Options) ([]Built, error) {
-	src := SourceDir()
+	src := opt.Source
+	if src == "" {
+		src = SourceDir()
+	}
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		return nil, err
 	}
@@ -83,6 +95,8 @@ func Build(ctx context.Context, outDir string, opt Options) ([]Built, error) {
 		jobs = kept
 	}
 	sort.Slice(jobs, func(a, b int) bool { return jobs[a].Name < jobs[b].Name })
+	sdk := &rustSDK{src: rustSDKSource(src)}
+	defer sdk.close()
 	errs := make([]error, len(jobs))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 2)
@@ -92,14 +106,14 @@ func Build(ctx context.Context, outDir string, opt Options) ([]Built, error) {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			errs[n] = build(ctx, src, j)
+			errs[n] = build(ctx, src, j, sdk)
 		}()
 	}
 	wg.Wait()
 	return jobs, errors.Join(errs...)
 }
 
-func build(ctx context.Context, src string, j Built) error {
+func build(ctx context.Context, src string, j Built, sdk *rustSDK) error {
 	tmp := fmt.Sprintf("%s.%d.tmp", j.Path, os.Getpid())
 	var cmd *exec.Cmd
 	dir := strings.TrimSuffix(j.Name, "-rust")
@@ -109,7 +123,7 @@ func build(ctx context.Context, src string, j Built) error {
 		cmd.Dir = src
 		cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
 	case "rust":
-		return buildRust(ctx, src, j, dir, tmp)
+		return buildRust(ctx, src, j, dir, tmp, sdk)
 	}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -120,12 +134,39 @@ func build(ctx context.Context, src string, j Built) error {
 	return os.Rename(tmp, j.Path)
 }
 
-// buildRust builds the SDK and then the program at src/DIR-rust/lib.rs (or
-// src/DIR/lib.rs). rustc names its intermediate files after the output's
-// stem, so both steps run in a private directory (concurrent builds into one
-// out directory, even from several processes, never meet) and the module is
-// then moved into place atomically through tmp.
-func buildRust(ctx context.Context, src string, j Built, dir, tmp string) error {
+// rustSDK is the Rust SDK compiled once per Build, on first use, in a
+// private directory: rustc names its intermediate files after the output's
+// stem, so concurrent builds (even from several processes) never meet.
+type rustSDK struct {
+	src  string
+	once sync.Once
+	dir  string
+	rlib string
+	err  error
+}
+
+func (s *rustSDK) get(ctx context.Context, rustc string) (string, error) {
+	s.once.Do(func() {
+		if s.dir, s.err = os.MkdirTemp("", "host-rust-sdk-"); s.err != nil {
+			return
+		}
+		s.rlib = filepath.Join(s.dir, "libhost_sdk.rlib")
+		s.err = runRustc(ctx, rustc, s.dir, rustSDKArgs(s.src, s.rlib))
+	})
+	return s.rlib, s.err
+}
+
+func (s *rustSDK) close() {
+	if s.dir != "" {
+		os.RemoveAll(s.dir)
+	}
+}
+
+// buildRust builds the program at src/DIR-rust/lib.rs (or src/DIR/lib.rs)
+// against the SDK, in a private directory, and moves the module into place
+// atomically through tmp. rustc keeps no cache, and a build takes seconds:
+// a module whose recorded key (compiler, flags, sources) matches is kept.
+func buildRust(ctx context.Context, src string, j Built, dir, tmp string, sdk *rustSDK) error {
 	rdir := filepath.Join(src, dir+"-rust")
 	if !exists(rdir) {
 		rdir = filepath.Join(src, dir)
@@ -134,33 +175,80 @@ func buildRust(ctx context.Context, src string, j Built, dir, tmp string) error 
 	if err != nil {
 		return fmt.Errorf("build %s: %w", j.Name, err)
 	}
+	prog := filepath.Join(rdir, "lib.rs")
+	key, err := rustKey(rustc, sdk.src, prog)
+	if err != nil {
+		return fmt.Errorf("build %s: %w", j.Name, err)
+	}
+	if old, err := os.ReadFile(j.Path + ".key"); err == nil && string(old) == key && exists(j.Path) {
+		return nil
+	}
+	rlib, err := sdk.get(ctx, rustc)
+	if err != nil {
+		return fmt.Errorf("build %s: %w", j.Name, err)
+	}
 	work, err := os.MkdirTemp("", "host-rust-"+j.Name+"-")
 	if err != nil {
 		return fmt.Errorf("build %s: %w", j.Name, err)
 	}
 	defer os.RemoveAll(work)
-	rlib := filepath.Join(work, "libhost_sdk.rlib")
 	wasm := filepath.Join(work, "module.wasm")
-	for _, args := range [][]string{
-		rustSDKArgs(rustSDKSource(), rlib),
-		rustProgramArgs(filepath.Join(rdir, "lib.rs"), rlib, wasm),
-	} {
-		cmd := exec.CommandContext(ctx, rustc, args...)
-		cmd.Dir = work
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Run(); err != nil {
-			return fmt.Errorf("build %s: %s %s: %v\n%s", j.Name, rustc, strings.Join(args, " "), err, out.String())
-		}
+	if err := runRustc(ctx, rustc, work, rustProgramArgs(prog, rlib, wasm)); err != nil {
+		return fmt.Errorf("build %s: %w", j.Name, err)
 	}
 	b, err := os.ReadFile(wasm)
 	if err != nil {
 		return fmt.Errorf("build %s: %w", j.Name, err)
 	}
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+	// The module first, then its key: a reader never takes a stale module
+	// for a current one.
+	if err := writeAtomic(j.Path, tmp, b); err != nil {
 		return fmt.Errorf("build %s: %w", j.Name, err)
 	}
-	if err := os.Rename(tmp, j.Path); err != nil {
+	if err := writeAtomic(j.Path+".key", tmp, []byte(key)); err != nil {
+		return fmt.Errorf("build %s: %w", j.Name, err)
+	}
+	return nil
+}
+
+func runRustc(ctx context.Context, rustc, dir string, args []string) error {
+	cmd := exec.CommandContext(ctx, rustc, args...)
+	cmd.Dir = dir
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%s %s: %v\n%s", rustc, strings.Join(args, " "), err, out.String())
+	}
+	return nil
+}
+
+// rustKey identifies a Rust build: the compiler (path, size, time), the
+// flags and both sources.
+func rustKey(rustc, sdk, prog string) (string, error) {
+	h := sha256.New()
+	fi, err := os.Stat(rustc)
+	if err != nil {
+		return "", err
+	}
+	fmt.Fprintf(h, "%s %d %d\n", rustc, fi.Size(), fi.ModTime().UnixNano())
+	fmt.Fprintln(h, strings.Join(rustSDKArgs("SDK", "RLIB"), " "))
+	fmt.Fprintln(h, strings.Join(rustProgramArgs("PROG", "RLIB", "OUT"), " "))
+	for _, p := range []string{sdk, prog} {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(h, "%d\n", len(b))
+		h.Write(b)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+func writeAtomic(path, tmp string, b []byte) error {
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
 		os.Remove(tmp)
 		return err
 	}
@@ -178,9 +266,10 @@ func Rustc() (string, error) {
 	return "", errors.New("no rustc with the wasm32 target: install Debian's rustc and libstd-rust-dev-wasm32")
 }
 
-// rustSDKSource is the Rust SDK's crate root, sdk/rust/src/lib.rs.
-func rustSDKSource() string {
-	return filepath.Join(SourceDir(), "..", "..", "sdk", "rust", "src", "lib.rs")
+// rustSDKSource is the Rust SDK's crate root, sdk/rust/src/lib.rs, for the
+// examples in src (examples/wasm).
+func rustSDKSource(src string) string {
+	return filepath.Join(src, "..", "..", "sdk", "rust", "src", "lib.rs")
 }
 
 // rustCommon are the flags the SDK and the programs share: size
