@@ -122,7 +122,6 @@ func p99(lat []time.Duration) time.Duration { return percentile(lat, 99) }
 // phase this test also logs; a loaded machine's stalls are not the
 // product's. The follower then gets every event once, in publish order.
 // Not parallel: it measures latency.
-//
 func TestPumpSlowFollowerDoesNotDelaySockets(t *testing.T) {
 	n, c := dnode(t, nil)
 	var ws []*latencyWatcher
