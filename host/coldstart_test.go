@@ -124,3 +124,30 @@ func shut(t *testing.T, n *host.Node) {
 		t.Fatalf("shutdown: %v", err)
 	}
 }
+
+// A new version's upload does not take the old version's code from the
+// objects still running it: an active object on v1 can drop a trapped
+// instance and make a fresh one from v1 after v2 is current, and v1's code
+// is closed once its last object is deactivated.
+func TestReplacedVersionKeepsItsCodeUntilItsLastObject(t *testing.T) {
+	t.Parallel()
+	n, _ := startNode(t, func(c *host.Config) { c.MaxActiveObjects = 1 })
+	c := client(n)
+	upload(t, n, "p", "hostile")
+	wantReply(t, n, "p/h1", "ok", nil, "ok")
+	upload(t, n, "p", "counter") // v2: another module under the same name
+	if got := metric(t, c, "host_modules_compiled"); got != 2 {
+		t.Fatalf("%v modules compiled after v2's upload with an object on v1, want 2", got)
+	}
+	// Still v1 (its next activation picks v2): a trap drops the instance,
+	// and the next call instantiates v1's code again.
+	if r := call(t, n, "p/h1", "trap", nil); r.status == http.StatusOK {
+		t.Fatalf("trap answered %d %s", r.status, r.body)
+	}
+	wantReply(t, n, "p/h1", "ok", nil, "ok")
+	wantReply(t, n, "p/other", "inc", nil, "1") // on v2; h1 is evicted
+	if got := metric(t, c, "host_modules_compiled"); got != 1 {
+		t.Fatalf("%v modules compiled after v1's last object was deactivated, want 1", got)
+	}
+	wantReply(t, n, "p/h1", "inc", nil, "1") // reactivated on v2
+}
