@@ -131,68 +131,8 @@ Then:        host call counter/c1 inc`,
 		Commands: []*cli.Command{
 			serveCommand(stdout, stderr),
 			devCommand(stdout, stderr),
-			{
-				Name:      "upload",
-				Usage:     "upload a program (a .wasm module) under a name; each upload of new bytes is a new version",
-				ArgsUsage: "FILE.wasm",
-				Flags: []cli.Flag{
-					&cli.StringFlag{Name: "name", Usage: "program `NAME` (default: the file name without .wasm)"},
-					serverFlag(), tokenFlag(),
-				},
-				Action: func(c *cli.Context) error {
-					if c.NArg() != 1 {
-						return errors.New("usage: host upload FILE.wasm [--name NAME]")
-					}
-					path := c.Args().First()
-					wasm, err := os.ReadFile(path)
-					if err != nil {
-						return err
-					}
-					name := c.String("name")
-					if name == "" {
-						name = strings.TrimSuffix(filepath.Base(path), ".wasm")
-					}
-					p, err := client(c).Upload(c.Context, name, wasm)
-					if err != nil {
-						return err
-					}
-					fmt.Fprintf(stdout, "program  %s\nversion  %d\ndigest   sha256:%s\nsize     %d bytes\nexports  %s\nhandlers %s\n",
-						p.Name, p.Version, p.Digest, p.Size, strings.Join(p.Exports, ", "), strings.Join(p.Handlers, ", "))
-					return nil
-				},
-			},
-			{
-				Name:      "call",
-				Usage:     "call a method of an object and print its reply",
-				ArgsUsage: "PROGRAM/ID METHOD [PAYLOAD|-]",
-				Description: `PAYLOAD is sent as the request body; "-" reads it from standard input.
-Example: host call counter/c1 add '{"amount": 5}'`,
-				Flags: []cli.Flag{serverFlag(), tokenFlag()},
-				Action: func(c *cli.Context) error {
-					if c.NArg() < 2 || c.NArg() > 3 {
-						return errors.New("usage: host call PROGRAM/ID METHOD [PAYLOAD|-]")
-					}
-					var payload []byte
-					if c.NArg() == 3 {
-						payload = []byte(c.Args().Get(2))
-						if c.Args().Get(2) == "-" {
-							var err error
-							if payload, err = io.ReadAll(stdin); err != nil {
-								return err
-							}
-						}
-					}
-					out, err := client(c).Call(c.Context, c.Args().Get(0), c.Args().Get(1), payload)
-					if err != nil {
-						return err
-					}
-					stdout.Write(out)
-					if len(out) == 0 || out[len(out)-1] != '\n' {
-						fmt.Fprintln(stdout)
-					}
-					return nil
-				},
-			},
+			uploadCommand(stdout),
+			callCommand(stdin, stdout),
 			{
 				Name:      "watch",
 				Usage:     "follow an object's topic over a WebSocket connection and print each event, one JSON line each",
