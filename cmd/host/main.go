@@ -10,11 +10,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/urfave/cli/v2"
 
@@ -133,86 +130,8 @@ Then:        host call counter/c1 inc`,
 			devCommand(stdout, stderr),
 			uploadCommand(stdout),
 			callCommand(stdin, stdout),
-			{
-				Name:      "watch",
-				Usage:     "follow an object's topic over a WebSocket connection and print each event, one JSON line each",
-				ArgsUsage: "PROGRAM/ID",
-				Description: `Opens a connection (GET /v1/objects/PROGRAM/ID/connect), asks to follow
-the object's topic (its follow hook decides) and prints every frame: the
-forward envelope {"type":"event","publisher","topic","seq","time","payload"}
-unless the connection's program shapes events with an event export.
-Delivery to connections is at-most-once: a watcher that falls 256 events
-behind is dropped and told so.
-Example: host watch chat/room1 --topic messages`,
-				Flags: []cli.Flag{
-					&cli.StringFlag{Name: "topic", Usage: "`TOPIC` to follow (default: every topic)"},
-					&cli.StringFlag{Name: "filter", Usage: "only events whose JSON payload matches `FIELD=VALUE[&...]`"},
-					&cli.StringFlag{Name: "params", Usage: "what to present to the publisher's follow hook (a room key ...)"},
-					&cli.StringFlag{Name: "via", Usage: "attach the connection to `PROGRAM/ID` whose event export shapes the frames"},
-					&cli.IntFlag{Name: "count", Usage: "exit after `N` frames (0: run until interrupted)"},
-					serverFlag(), tokenFlag(),
-				},
-				Action: func(c *cli.Context) error {
-					if c.NArg() != 1 {
-						return errors.New("usage: host watch PROGRAM/ID [--topic T]")
-					}
-					ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
-					defer stop()
-					left := c.Int("count")
-					return client(c).Watch(ctx, c.Args().First(), host.WatchOptions{
-						Topic: c.String("topic"), Filter: c.String("filter"), Params: c.String("params"), Via: c.String("via"),
-					}, func(frame []byte) bool {
-						stdout.Write(frame)
-						fmt.Fprintln(stdout)
-						left--
-						return left != 0
-					})
-				},
-			},
-			{
-				Name:      "subscribe",
-				Usage:     "read an object's event stream from storage (catch-up, at-least-once) and print each event, one JSON line each",
-				ArgsUsage: "PROGRAM/ID",
-				Description: `Opens GET /v1/objects/PROGRAM/ID/stream (server-sent events). Every event
-is read from the object's log; the node sends it when the object commits
-(an empty NATS hint wakes the reader) or, if a hint was lost, within the
-idle threshold (--stream-idle on the node, 10 s by default).
-
---after N resumes after your checkpoint N (exclusive): events N+1, N+2, ...
-in order. Without --after: the latest stored event once, then newer ones.
-Delivery is at-least-once: keep the seq of the last event you processed
-and pass it as --after when you come back; deduplicate by seq.
-Example: host subscribe chat/room1 --topic messages --after 0`,
-				Flags: []cli.Flag{
-					&cli.StringFlag{Name: "topic", Usage: "only events of `TOPIC` (default: every topic)"},
-					&cli.StringFlag{Name: "filter", Usage: "only events whose JSON payload matches `FIELD=VALUE[&...]`"},
-					&cli.StringFlag{Name: "after", Usage: "resume after event `SEQ` (exclusive); omit for the latest event, then newer"},
-					&cli.IntFlag{Name: "count", Usage: "exit after `N` events (0: run until interrupted)"},
-					serverFlag(), tokenFlag(),
-				},
-				Action: func(c *cli.Context) error {
-					if c.NArg() != 1 {
-						return errors.New("usage: host subscribe PROGRAM/ID [--after SEQ] [--topic T]")
-					}
-					o := host.SubscribeOptions{Topic: c.String("topic"), Filter: c.String("filter")}
-					if s := c.String("after"); s != "" {
-						v, err := strconv.ParseUint(s, 10, 64)
-						if err != nil {
-							return fmt.Errorf("--after must be an event seq (a non-negative integer), not %q", s)
-						}
-						o.After = &v
-					}
-					ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
-					defer stop()
-					left := c.Int("count")
-					return client(c).Subscribe(ctx, c.Args().First(), o, func(data []byte) bool {
-						stdout.Write(data)
-						fmt.Fprintln(stdout)
-						left--
-						return left != 0
-					})
-				},
-			},
+			watchCommand(stdout),
+			subscribeCommand(stdout),
 			{
 				Name:      "edges",
 				Usage:     "list an object's edges: its approved followers, their nodes, topics and cursors",
