@@ -5,18 +5,15 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/durable-host/host/delivery"
-	examples "github.com/durable-host/host/examples/wasm"
 	"github.com/durable-host/host/host"
 )
 
@@ -31,18 +28,64 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// newApp assembles the commands, one file each (serve.go, call.go ...),
+// in the order host --help lists them.
+func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
+	return &cli.App{
+		Name:  "host",
+		Usage: "a WebAssembly host for durable objects and their event streams",
+		Description: `A node runs programs (WebAssembly modules built with the Go or Rust SDK).
+Each object (PROGRAM/ID) owns one SQLite file with its state and event log;
+clients call its methods over HTTP and follow its events over WebSockets
+(host watch); other objects follow them durably. Nodes cluster over NATS
+(host serve --help); a publish costs one call per node holding watchers.
+
+Start here:  host dev        (a node on 127.0.0.1:7070 with the examples uploaded)
+Then:        host call counter/c1 inc`,
+		Writer:          stdout,
+		ErrWriter:       stderr,
+		HideHelpCommand: true,
+		// Errors come back from Run; run prints them and returns the code,
+		// so the CLI never exits the process from inside.
+		ExitErrHandler: func(*cli.Context, error) {},
+		Commands: []*cli.Command{
+			serveCommand(stdout, stderr),
+			devCommand(stdout, stderr),
+			uploadCommand(stdout),
+			callCommand(stdin, stdout),
+			watchCommand(stdout),
+			subscribeCommand(stdout),
+			edgesCommand(stdout),
+			unfollowCommand(stdout),
+			examplesCommand(stdout),
+			clusterCommand(stdout),
+			benchCommand(stdout, stderr),
+			tenantCommand(stdout),
+			whoamiCommand(stdout),
+			programsCommand(stdout),
+		},
+	}
+}
+
+// The flags below are shared by several commands. Each call makes a new
+// flag, as urfave/cli keeps parse state in the flag value.
+
+// serverFlag is the node a client command talks to.
 func serverFlag() cli.Flag {
 	return &cli.StringFlag{Name: "server", Value: "http://127.0.0.1:7070", EnvVars: []string{"HOST_SERVER"}, Usage: "the node's `URL`"}
 }
 
+// tokenFlag is a client command's bearer token.
 func tokenFlag() cli.Flag {
 	return &cli.StringFlag{Name: "token", EnvVars: []string{"HOST_TOKEN"}, Usage: "bearer `TOKEN` when the node runs with --auth"}
 }
 
+// client is the Go client for a command's --server and --token.
 func client(c *cli.Context) *host.Client {
 	return &host.Client{Base: c.String("server"), Token: c.String("token")}
 }
 
+// nodeFlags configure the node that serve and dev run.
 func nodeFlags() []cli.Flag {
 	d := host.DefaultConfig()
 	return []cli.Flag{
@@ -70,6 +113,8 @@ func nodeFlags() []cli.Flag {
 	}
 }
 
+// nodeConfig reads nodeFlags into a validated host.Config, logging to
+// stderr.
 func nodeConfig(c *cli.Context, stderr io.Writer) (host.Config, error) {
 	cfg := host.DefaultConfig()
 	cfg.DataDir = c.String("data")
@@ -107,125 +152,7 @@ func nodeConfig(c *cli.Context, stderr io.Writer) (host.Config, error) {
 	return cfg, cfg.Validate()
 }
 
-func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
-	return &cli.App{
-		Name:  "host",
-		Usage: "a WebAssembly host for durable objects and their event streams",
-		Description: `A node runs programs (WebAssembly modules built with the Go or Rust SDK).
-Each object (PROGRAM/ID) owns one SQLite file with its state and event log;
-clients call its methods over HTTP and follow its events over WebSockets
-(host watch); other objects follow them durably. Nodes cluster over NATS
-(host serve --help); a publish costs one call per node holding watchers.
-
-Start here:  host dev        (a node on 127.0.0.1:7070 with the examples uploaded)
-Then:        host call counter/c1 inc`,
-		Writer:          stdout,
-		ErrWriter:       stderr,
-		HideHelpCommand: true,
-		// Errors come back from Run; run prints them and returns the code,
-		// so the CLI never exits the process from inside.
-		ExitErrHandler: func(*cli.Context, error) {},
-		Commands: []*cli.Command{
-			serveCommand(stdout, stderr),
-			devCommand(stdout, stderr),
-			uploadCommand(stdout),
-			callCommand(stdin, stdout),
-			watchCommand(stdout),
-			subscribeCommand(stdout),
-			{
-				Name:      "edges",
-				Usage:     "list an object's edges: its approved followers, their nodes, topics and cursors",
-				ArgsUsage: "PROGRAM/ID",
-				Flags:     []cli.Flag{serverFlag(), tokenFlag()},
-				Action: func(c *cli.Context) error {
-					if c.NArg() != 1 {
-						return errors.New("usage: host edges PROGRAM/ID")
-					}
-					id, err := host.ParseObjectID(c.Args().First())
-					if err != nil {
-						return err
-					}
-					var v json.RawMessage
-					if err := client(c).Get(c.Context, "/v1/objects/"+id.Program+"/"+id.ID+"/edges", &v); err != nil {
-						return err
-					}
-					return printJSON(stdout, v)
-				},
-			},
-			{
-				Name:      "unfollow",
-				Usage:     "remove one of an object's edges by id (see host edges)",
-				ArgsUsage: "PROGRAM/ID EDGE",
-				Flags:     []cli.Flag{serverFlag(), tokenFlag()},
-				Action: func(c *cli.Context) error {
-					if c.NArg() != 2 {
-						return errors.New("usage: host unfollow PROGRAM/ID EDGE")
-					}
-					id, err := host.ParseObjectID(c.Args().First())
-					if err != nil {
-						return err
-					}
-					var v json.RawMessage
-					if err := client(c).Delete(c.Context, "/v1/objects/"+id.Program+"/"+id.ID+"/edges/"+c.Args().Get(1), &v); err != nil {
-						return err
-					}
-					return printJSON(stdout, v)
-				},
-			},
-			{
-				Name:  "examples",
-				Usage: "build the example programs into examples/wasm/out (Go; Rust when Debian's rustc with the wasm32 target is installed)",
-				Action: func(c *cli.Context) error {
-					out := filepath.Join(examples.SourceDir(), "out")
-					_, rerr := examples.Rustc()
-					built, err := examples.Build(c.Context, out, examples.Options{SkipRust: rerr != nil})
-					for _, b := range built {
-						if fi, serr := os.Stat(b.Path); serr == nil {
-							fmt.Fprintf(stdout, "%-16s %8d bytes  %s\n", b.Name, fi.Size(), b.Path)
-						}
-					}
-					if rerr != nil {
-						fmt.Fprintf(stdout, "(Rust examples skipped: %v)\n", rerr)
-					}
-					return err
-				},
-			},
-			{
-				Name:  "cluster",
-				Usage: "list the live nodes of the cluster: ids, addresses, objects and connections held",
-				Flags: []cli.Flag{serverFlag(), tokenFlag()},
-				Action: func(c *cli.Context) error {
-					var v json.RawMessage
-					if err := client(c).Get(c.Context, "/v1/cluster", &v); err != nil {
-						return err
-					}
-					return printJSON(stdout, v)
-				},
-			},
-			benchCommand(stdout, stderr),
-			tenantCommand(stdout),
-			whoamiCommand(stdout),
-			{
-				Name:      "programs",
-				Usage:     "list programs (the latest version of each), or every version of one",
-				ArgsUsage: "[NAME]",
-				Flags:     []cli.Flag{serverFlag(), tokenFlag()},
-				Action: func(c *cli.Context) error {
-					path := "/v1/programs"
-					if c.NArg() == 1 {
-						path += "/" + c.Args().First()
-					}
-					var v json.RawMessage
-					if err := client(c).Get(c.Context, path, &v); err != nil {
-						return err
-					}
-					return printJSON(stdout, v)
-				},
-			},
-		},
-	}
-}
-
+// printJSON prints v indented, for the commands that show a JSON reply.
 func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
