@@ -324,7 +324,7 @@ func TestD13_SocketGonePrunesItsEdges(t *testing.T) {
 	waitUntil(t, "tally counts", 10*time.Second, func() bool { return strings.Contains(dcall(t, c, "tally/t1", "counts", ""), `"total":1`) })
 }
 
-// conformance: D10 D12
+// conformance: D12
 func TestD12_SlowSocketFallsBehindAndStaysOpen(t *testing.T) {
 	t.Parallel()
 	_, c := dnode(t, nil)
@@ -462,5 +462,113 @@ func TestD24_OrderWithSmallAndLargeEventsAndManyFollowers(t *testing.T) {
 	}
 	if metric(t, c, "host_ranges_materialized_total") == 0 {
 		t.Error("large events should travel as ranges and be materialized")
+	}
+}
+
+// conformance: D10 D12 D14
+func TestD10_NodeConnectionInboxHolds256ThenRefuses(t *testing.T) {
+	t.Parallel()
+	n, c := dnode(t, nil)
+	ws := dial(t, c, "chat/held")
+	conn := fmt.Sprint(readUntil(t, ws, "hello")["connection"])
+	for _, topic := range []string{"t", "storm"} {
+		send(t, ws, map[string]string{"type": "follow", "object": "hostile/pub", "topic": topic})
+		readUntil(t, ws, "followed")
+	}
+	// The connection's writer is held: once it has taken the first event
+	// it is stuck writing it, and nothing leaves the inbox until release.
+	release, err := host.HoldConnWriter(n, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	t.Cleanup(func() { once.Do(release) })
+	dcall(t, c, "hostile/pub", "publish", `"first"`)
+	waitUntil(t, "the writer holding the first event", 10*time.Second, func() bool {
+		es := edges(t, c, "hostile/pub")
+		return len(es) == 2 && es[0]["cursor"] == float64(1) && host.ConnQueued(n, conn) == 0
+	})
+	// 300 events in one call, one pump round: 256 land, the 257th is
+	// refused, and the publisher prunes both of the connection's edges.
+	dcall(t, c, "hostile/pub", "publish_storm", `{"size":1,"total":300}`)
+	waitUntil(t, "the storm delivered", 20*time.Second, func() bool {
+		es := edges(t, c, "hostile/pub")
+		return len(es) == 0 || es[0]["cursor"] == float64(301)
+	})
+	if es := edges(t, c, "hostile/pub"); len(es) != 0 {
+		t.Fatalf("edges %v after 300 events to a held connection: the inbox must refuse the 257th and the publisher prune the connection's edges", es)
+	}
+	if q := host.ConnQueued(n, conn); q != 256 {
+		t.Fatalf("the node's connection inbox holds %d items, want 256", q)
+	}
+	if got := metric(t, c, `host_edges_pruned_total{reason="connection"}`); got != 2 {
+		t.Errorf("%v edges pruned for the full inbox, want both of the connection's", got)
+	}
+	once.Do(release)
+
+	// The socket stayed open: the client reads its backlog, exactly the
+	// 256 events that landed (seqs 2..257, in order), and one notice.
+	var storm []uint64
+	first, behind := 0, 0
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for first == 0 || behind == 0 || len(storm) < 256 {
+		_, b, err := ws.Read(ctx)
+		if err != nil {
+			t.Fatalf("reading the backlog (first %d, behind %d, storm %d): %v", first, behind, len(storm), err)
+		}
+		var m struct {
+			Type, Topic, Error string
+			Seq                uint64
+		}
+		if len(b) == 0 || json.Unmarshal(b, &m) != nil {
+			continue
+		}
+		switch {
+		case m.Type == "behind":
+			if !strings.Contains(m.Error, "inbox full (256 events)") {
+				t.Fatalf("behind notice %s", b)
+			}
+			behind++
+		case m.Type == "event" && m.Topic == "t":
+			first++
+		case m.Type == "event" && m.Topic == "storm":
+			storm = append(storm, m.Seq)
+		}
+	}
+	// Whatever is still queued comes before the pong of a ping sent now.
+	waitUntil(t, "the inbox drained", 10*time.Second, func() bool { return host.ConnQueued(n, conn) == 0 })
+	send(t, ws, map[string]string{"type": "ping"})
+	for {
+		_, b, err := ws.Read(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m struct{ Type, Topic string }
+		json.Unmarshal(b, &m)
+		if m.Type == "pong" {
+			break
+		}
+		if m.Type == "behind" {
+			behind++
+		}
+		if m.Type == "event" {
+			t.Fatalf("an event past the inbox's 256: %s", b)
+		}
+	}
+	for i, s := range storm {
+		if s != uint64(i+2) {
+			t.Fatalf("storm event %d has seq %d: want 2..257 in order", i, s)
+		}
+	}
+	if first != 1 || behind != 1 {
+		t.Fatalf("%d first events and %d behind notices, want one each", first, behind)
+	}
+	// Following again resumes at the head.
+	send(t, ws, map[string]string{"type": "follow", "object": "hostile/pub", "topic": "t"})
+	readUntil(t, ws, "followed")
+	dcall(t, c, "hostile/pub", "publish", `"again"`)
+	if e := readUntil(t, ws, "event"); e["seq"] != float64(302) {
+		t.Fatalf("after following again: %v", e)
 	}
 }

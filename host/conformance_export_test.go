@@ -1,0 +1,41 @@
+package host
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/coder/websocket"
+)
+
+// Hooks for the conformance tests (package host_test) that must reach the
+// node's own connection rather than build a stand-in.
+
+// HoldConnWriter takes the write side of the node's WebSocket connection
+// id, so the connection's writer blocks on its next frame while the rest of
+// the node runs; release ends the hold (the client then sees one empty text
+// message).
+func HoldConnWriter(n *Node, id string) (release func(), err error) {
+	n.conns.mu.RLock()
+	c := n.conns.m[id]
+	n.conns.mu.RUnlock()
+	if c == nil {
+		return nil, fmt.Errorf("no connection %s on node %s", id, n.id)
+	}
+	w, err := c.ws.Writer(context.Background(), websocket.MessageText)
+	if err != nil {
+		return nil, err
+	}
+	return func() { w.Close() }, nil
+}
+
+// ConnQueued is the number of items waiting in the inbox of the node's
+// connection id (-1 when there is no such connection).
+func ConnQueued(n *Node, id string) int {
+	n.conns.mu.RLock()
+	c := n.conns.m[id]
+	n.conns.mu.RUnlock()
+	if c == nil {
+		return -1
+	}
+	return len(c.inbox)
+}
