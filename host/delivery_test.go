@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,7 +16,10 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/nats-io/nats.go"
 
+	"github.com/durable-host/host/abi"
+	"github.com/durable-host/host/delivery"
 	"github.com/durable-host/host/host"
 	"github.com/durable-host/host/vm/vmtest"
 )
@@ -570,5 +574,94 @@ func TestD10_NodeConnectionInboxHolds256ThenRefuses(t *testing.T) {
 	dcall(t, c, "hostile/pub", "publish", `"again"`)
 	if e := readUntil(t, ws, "event"); e["seq"] != float64(302) {
 		t.Fatalf("after following again: %v", e)
+	}
+}
+
+// redeliver sends an object delivery to node n over its inter-node
+// transport, as a publisher's pump does, and returns the follower's report.
+func redeliver(t *testing.T, n *host.Node, d *delivery.ObjectDelivery) delivery.ObjectResult {
+	t.Helper()
+	if d.Through == 0 && len(d.Events) > 0 {
+		d.Through = d.Events[len(d.Events)-1].Seq
+	}
+	m := nats.NewMsg("host.node." + n.ID() + ".deliver")
+	m.Data = delivery.AppendObjectDelivery(nil, d)
+	reply, err := n.NATSConn().RequestMsg(m, 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := reply.Header.Get("Status"); s != "200" {
+		t.Fatalf("delivery answered %s: %s", s, reply.Header.Get("Error"))
+	}
+	var res delivery.ObjectResult
+	if err := json.Unmarshal(reply.Data, &res); err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+func ev(seq uint64, payload string) abi.Event {
+	return abi.Event{Seq: seq, Topic: "t", Payload: []byte(payload), Time: time.Now().UnixNano()}
+}
+
+// received lists what hostile follower f's receive handler committed.
+func received(t *testing.T, c *host.Client, f string) []string {
+	t.Helper()
+	var got []string
+	json.Unmarshal([]byte(dcall(t, c, f, "received", "")), &got)
+	return got
+}
+
+// The same event delivered twice to a follower through the node's receive
+// path: the handler's effect is there once. The cursor is checked before
+// the handler runs (a redelivery whose handler would now fail is skipped,
+// not run) and advances only with the handler's own transaction (a failed
+// handler leaves the cursor, so its event runs again).
+//
+// conformance: D15 D16 D17
+func TestD17_RedeliverySkipsWhatTheHandlerCommitted(t *testing.T) {
+	t.Parallel()
+	n, c := dnode(t, nil)
+	const pub, f = "hostile/pub", "hostile/r"
+	want := func(res delivery.ObjectResult, done uint64, failed bool) {
+		t.Helper()
+		if (res.Err != "") != failed || !failed && res.Done != done {
+			t.Fatalf("delivery result %+v, want done %d, failed %v", res, done, failed)
+		}
+	}
+	check := func(want ...string) {
+		t.Helper()
+		got := received(t, c, f)
+		if !slices.Equal(got, want) {
+			t.Fatalf("follower committed %q, want %q", got, want)
+		}
+	}
+	want(redeliver(t, n, &delivery.ObjectDelivery{Publisher: pub, Follower: f, Topic: "t", Events: []abi.Event{ev(1, `"one"`)}}), 1, false)
+	want(redeliver(t, n, &delivery.ObjectDelivery{Publisher: pub, Follower: f, Topic: "t", Events: []abi.Event{ev(1, `"one"`)}}), 1, false)
+	check(pub + ` t 1 "one"`)
+	// Seq 1 is committed: its handler must not run again, so a payload
+	// that would make it fail is never seen.
+	want(redeliver(t, n, &delivery.ObjectDelivery{Publisher: pub, Follower: f, Topic: "t", Events: []abi.Event{ev(1, `"fail"`)}}), 1, false)
+	// A failed handler commits nothing, its cursor included.
+	want(redeliver(t, n, &delivery.ObjectDelivery{Publisher: pub, Follower: f, Topic: "t", Events: []abi.Event{ev(2, `"fail"`)}}), 0, true)
+	check(pub + ` t 1 "one"`)
+	want(redeliver(t, n, &delivery.ObjectDelivery{Publisher: pub, Follower: f, Topic: "t", Events: []abi.Event{ev(1, `"one"`), ev(2, `"two"`), ev(3, `"three"`)}}), 3, false)
+	check(pub+` t 1 "one"`, pub+` t 2 "two"`, pub+` t 3 "three"`)
+	// The cursor is per (publisher, topic): seq 1 of another topic or of
+	// another publisher is another event.
+	other := ev(1, `"other topic"`)
+	other.Topic = "u"
+	want(redeliver(t, n, &delivery.ObjectDelivery{Publisher: pub, Follower: f, Topic: "u", Events: []abi.Event{other}}), 1, false)
+	want(redeliver(t, n, &delivery.ObjectDelivery{Publisher: "hostile/pub2", Follower: f, Topic: "t", Events: []abi.Event{ev(1, `"other publisher"`)}}), 1, false)
+	check(pub+` t 1 "one"`, pub+` t 2 "two"`, pub+` t 3 "three"`, pub+` u 1 "other topic"`, `hostile/pub2 t 1 "other publisher"`)
+
+	// Through the real pump: the edge delivers seq 1, then the same
+	// delivery arrives again (its outcome lost on the way back).
+	dcall(t, c, "hostile/g", "follow", `{"publisher":"hostile/pub","topic":"t"}`)
+	dcall(t, c, pub, "publish", `"real"`)
+	waitUntil(t, "the pump's delivery", 10*time.Second, func() bool { return len(received(t, c, "hostile/g")) == 1 })
+	want(redeliver(t, n, &delivery.ObjectDelivery{Publisher: pub, Follower: "hostile/g", Topic: "t", Events: []abi.Event{ev(1, `"fail"`)}}), 1, false)
+	if got := received(t, c, "hostile/g"); len(got) != 1 || got[0] != pub+` t 1 "real"` {
+		t.Fatalf("after a redelivery of what the pump delivered: %q", got)
 	}
 }
