@@ -528,3 +528,25 @@ func TestD02_EdgeRecordsTheFollowersNodeAcrossNodes(t *testing.T) {
 		return dcall(t, b, "tally/t1", "counts", "") == `{"authors":{"ann":1},"duplicates":0,"total":1}`
 	})
 }
+
+// A stream's reads are bounded batches on every path: from the home's own
+// file and from another node through the home.
+//
+// conformance: S08
+func TestS08_StreamReadsBoundedLocalAndRemote(t *testing.T) {
+	t.Parallel()
+	nodes := clusterOf(t, 2, nil)
+	a := &host.Client{Base: nodes[0].URL()}
+	dcall(t, a, "hostile/pub", "publish_storm", `{"size":300,"total":6000}`) // 20 events, home on node 0
+	for i, n := range nodes {
+		for _, c := range []struct{ limit, maxBytes, want int }{{4, 1 << 20, 4}, {100, 1000, 4}, {100, 1, 1}} {
+			evs, err := host.StreamAfter(n, "hostile/pub", "storm", 2, c.limit, c.maxBytes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(evs) != c.want || evs[0].Seq != 3 {
+				t.Fatalf("node %d, limit %d, %d bytes: %d events %v, want %d from seq 3", i, c.limit, c.maxBytes, len(evs), evs, c.want)
+			}
+		}
+	}
+}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/coder/websocket"
+
+	"github.com/durable-host/host/abi"
 )
 
 // Hooks for the conformance tests (package host_test) that must reach the
@@ -38,4 +40,14 @@ func ConnQueued(n *Node, id string) int {
 		return -1
 	}
 	return len(c.inbox)
+}
+
+// StreamAfter is one read of a stream subscription on node n: the reader
+// handleStream gives the subscription, on whichever node holds object.
+func StreamAfter(n *Node, object, topic string, after uint64, limit, maxBytes int) ([]abi.Event, error) {
+	id, err := ParseObjectID(object)
+	if err != nil {
+		return nil, err
+	}
+	return streamReader{n: n, obj: id, topic: topic}.After(context.Background(), after, limit, maxBytes)
 }
