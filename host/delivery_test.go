@@ -3,6 +3,7 @@ package host_test
 import (
 	"bufio"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -642,10 +643,13 @@ func TestD17_RedeliverySkipsWhatTheHandlerCommitted(t *testing.T) {
 	// Seq 1 is committed: its handler must not run again, so a payload
 	// that would make it fail is never seen.
 	want(redeliver(t, n, &delivery.ObjectDelivery{Publisher: pub, Follower: f, Topic: "t", Events: []abi.Event{ev(1, `"fail"`)}}), 1, false)
-	// A failed handler commits nothing, its cursor included.
+	// A failed handler commits nothing, its cursor included: the event
+	// runs again on redelivery.
 	want(redeliver(t, n, &delivery.ObjectDelivery{Publisher: pub, Follower: f, Topic: "t", Events: []abi.Event{ev(2, `"fail"`)}}), 0, true)
 	check(pub + ` t 1 "one"`)
-	want(redeliver(t, n, &delivery.ObjectDelivery{Publisher: pub, Follower: f, Topic: "t", Events: []abi.Event{ev(1, `"one"`), ev(2, `"two"`), ev(3, `"three"`)}}), 3, false)
+	want(redeliver(t, n, &delivery.ObjectDelivery{Publisher: pub, Follower: f, Topic: "t", Events: []abi.Event{ev(2, `"two"`)}}), 2, false)
+	check(pub+` t 1 "one"`, pub+` t 2 "two"`)
+	want(redeliver(t, n, &delivery.ObjectDelivery{Publisher: pub, Follower: f, Topic: "t", Events: []abi.Event{ev(1, `"one"`), ev(2, `"fail"`), ev(3, `"three"`)}}), 3, false)
 	check(pub+` t 1 "one"`, pub+` t 2 "two"`, pub+` t 3 "three"`)
 	// The cursor is per (publisher, topic): seq 1 of another topic or of
 	// another publisher is another event.
@@ -654,6 +658,49 @@ func TestD17_RedeliverySkipsWhatTheHandlerCommitted(t *testing.T) {
 	want(redeliver(t, n, &delivery.ObjectDelivery{Publisher: pub, Follower: f, Topic: "u", Events: []abi.Event{other}}), 1, false)
 	want(redeliver(t, n, &delivery.ObjectDelivery{Publisher: "hostile/pub2", Follower: f, Topic: "t", Events: []abi.Event{ev(1, `"other publisher"`)}}), 1, false)
 	check(pub+` t 1 "one"`, pub+` t 2 "two"`, pub+` t 3 "three"`, pub+` u 1 "other topic"`, `hostile/pub2 t 1 "other publisher"`)
+
+	// The cursor and the handler's effect commit together: a reader of the
+	// follower's file never sees one without the other.
+	const g = "hostile/s"
+	want(redeliver(t, n, &delivery.ObjectDelivery{Publisher: pub, Follower: g, Topic: "t", Events: []abi.Event{ev(1, `"1"`)}}), 1, false)
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(n.DataDir(), "objects", "hostile", "s.db")+"?mode=ro&_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	stop := make(chan struct{})
+	var snapshots, torn int
+	var reader sync.WaitGroup
+	reader.Add(1)
+	go func() {
+		defer reader.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			var cursor, effects int
+			err := db.QueryRow(`SELECT COALESCE((SELECT seq FROM cursors WHERE publisher = 'hostile/pub' AND topic = 't'), 0),
+				(SELECT count(*) FROM state WHERE key >= CAST('got/' AS BLOB) AND key < CAST('got0' AS BLOB))`).Scan(&cursor, &effects)
+			if err != nil {
+				continue
+			}
+			snapshots++
+			if cursor != effects {
+				torn++
+			}
+		}
+	}()
+	for seq := uint64(2); seq <= 150; seq++ {
+		want(redeliver(t, n, &delivery.ObjectDelivery{Publisher: pub, Follower: g, Topic: "t", Events: []abi.Event{ev(seq, fmt.Sprintf(`"%d"`, seq))}}), seq, false)
+	}
+	close(stop)
+	reader.Wait()
+	if torn > 0 {
+		t.Fatalf("%d of %d snapshots of the follower's file show the cursor and the handler's effects apart", torn, snapshots)
+	}
+	t.Logf("%d snapshots, none torn", snapshots)
 
 	// Through the real pump: the edge delivers seq 1, then the same
 	// delivery arrives again (its outcome lost on the way back).
