@@ -712,3 +712,29 @@ func TestD17_RedeliverySkipsWhatTheHandlerCommitted(t *testing.T) {
 		t.Fatalf("after a redelivery of what the pump delivered: %q", got)
 	}
 }
+
+// Local edges deliver directly: a socket and an object follower on the
+// publisher's own node get their events with no inter-node call.
+//
+// conformance: D06
+func TestD06_LocalEdgesDeliverDirectly(t *testing.T) {
+	t.Parallel()
+	_, c := dnode(t, nil)
+	w := follow(t, c, "chat/w", "chat/room1", "messages", "")
+	dcall(t, c, "tally/t1", "follow", `{"publisher":"chat/room1"}`)
+	for i := 0; i < 3; i++ {
+		dcall(t, c, "chat/room1", "post", fmt.Sprintf(`{"author":"ann","text":"m%d"}`, i))
+	}
+	waitUntil(t, "the socket's events", 10*time.Second, func() bool { return len(w.seqs(t)) == 3 })
+	waitUntil(t, "the tally's events", 10*time.Second, func() bool {
+		return dcall(t, c, "tally/t1", "counts", "") == `{"authors":{"ann":3},"duplicates":0,"total":3}`
+	})
+	for _, kind := range []string{"conns", "deliver"} {
+		if got := metric(t, c, `host_internode_calls_total{kind="`+kind+`"}`); got != 0 {
+			t.Errorf("%v inter-node %s calls for followers on the publisher's node, want none", got, kind)
+		}
+	}
+	if metric(t, c, `host_delivery_calls_total{kind="connection_batch",path="local"}`) == 0 || metric(t, c, `host_delivery_calls_total{kind="object",path="local"}`) == 0 {
+		t.Error("local deliveries not counted as local")
+	}
+}
