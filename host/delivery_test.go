@@ -738,3 +738,34 @@ func TestD06_LocalEdgesDeliverDirectly(t *testing.T) {
 		t.Error("local deliveries not counted as local")
 	}
 }
+
+// The node's defaults are the seeds' numbers: a handler budget of 10 s,
+// durable retries from 500 ms doubling to a last wait of 32 s before the
+// 8th failure drops the edge, a 256-item inbox, 32 KB inline, and a 10 s
+// stream idle threshold.
+//
+// conformance: D10 D18 D19 D22 S05
+func TestD18_D19_NodeDefaultsAreTheSeeds(t *testing.T) {
+	cfg := host.DefaultConfig()
+	d := cfg.Delivery
+	if cfg.VM.Budget != 10*time.Second {
+		t.Errorf("handler budget %v, want 10s", cfg.VM.Budget)
+	}
+	if d.RetryBase != 500*time.Millisecond || d.MaxAttempts != 8 {
+		t.Errorf("retry base %v, attempts %d: want 500ms, 8", d.RetryBase, d.MaxAttempts)
+	}
+	var waits []time.Duration
+	for a := 1; a < d.MaxAttempts; a++ {
+		waits = append(waits, d.Backoff(a))
+	}
+	want := []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 32 * time.Second}
+	if !slices.Equal(waits, want) {
+		t.Errorf("waits after failures 1..7: %v, want %v", waits, want)
+	}
+	if d.Inbox != 256 || d.InlineLimit != 32<<10 {
+		t.Errorf("inbox %d, inline limit %d: want 256, 32 KB", d.Inbox, d.InlineLimit)
+	}
+	if cfg.Streams.Idle != 10*time.Second {
+		t.Errorf("stream idle threshold %v, want 10s", cfg.Streams.Idle)
+	}
+}
