@@ -769,3 +769,28 @@ func TestD18_D19_NodeDefaultsAreTheSeeds(t *testing.T) {
 		t.Errorf("stream idle threshold %v, want 10s", cfg.Streams.Idle)
 	}
 }
+
+// A ranged delivery carries the edge's filter and the receiver applies it
+// as it materializes the range from its copy of the publisher's log: only
+// matching events reach the handler.
+//
+// conformance: D22
+func TestD22_RangedDeliveryAppliesTheEdgesFilter(t *testing.T) {
+	t.Parallel()
+	n, c := dnode(t, nil)
+	for _, k := range []int{2, 1, 3, 1} {
+		dcall(t, c, "hostile/pub", "publish", fmt.Sprintf(`{"topic":"t","payload":{"k":%d}}`, k))
+	}
+	res := redeliver(t, n, &delivery.ObjectDelivery{Publisher: "hostile/pub", Follower: "hostile/rf", Topic: "t", Filter: "k=1",
+		Range: &delivery.Range{After: 0, Through: 4}, Through: 4})
+	if res.Err != "" || res.Done != 4 {
+		t.Fatalf("ranged delivery: %+v", res)
+	}
+	got := received(t, c, "hostile/rf")
+	if want := []string{`hostile/pub t 2 {"k":1}`, `hostile/pub t 4 {"k":1}`}; !slices.Equal(got, want) {
+		t.Fatalf("follower handled %q, want only the matching events %q", got, want)
+	}
+	if metric(t, c, "host_ranges_materialized_total") != 1 {
+		t.Error("the range was not materialized")
+	}
+}
