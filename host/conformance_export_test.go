@@ -51,3 +51,23 @@ func StreamAfter(n *Node, object, topic string, after uint64, limit, maxBytes in
 	}
 	return streamReader{n: n, obj: id, topic: topic}.After(context.Background(), after, limit, maxBytes)
 }
+
+// HintListenerRegistered registers a stream subscription's hint listener
+// for object on node n, as handleStream does, and reports whether the
+// node's NATS server has the interest the moment Listen returns.
+func HintListenerRegistered(n *Node, object string) (bool, error) {
+	id, err := ParseObjectID(object)
+	if err != nil {
+		return false, err
+	}
+	if n.nats.srv == nil {
+		return false, fmt.Errorf("node %s has no embedded NATS server", n.id)
+	}
+	subject := HintSubject(id)
+	stop, err := natsHints{nc: n.nats.nc, subject: subject}.Listen(func() {})
+	if err != nil {
+		return false, err
+	}
+	defer stop()
+	return n.nats.srv.GlobalAccount().SubscriptionInterest(subject), nil
+}
