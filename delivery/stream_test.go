@@ -277,6 +277,38 @@ func TestS05_S06_IdleWatchdogRecoversMissedHintsWithoutPolling(t *testing.T) {
 	}
 }
 
+// S05: a hint's receipt resets the idle deadline: while hints keep coming
+// more often than the threshold, the watchdog never pings.
+func TestS05_HintReceiptResetsTheIdleDeadline(t *testing.T) {
+	const idle = time.Second
+	for attempt := 1; ; attempt++ {
+		h := &loopHints{}
+		cfg := testStreamConfig()
+		cfg.Idle = idle
+		s := NewSubscription(cfg, &memLog{}, h, zero(), (&sink{}).send)
+		cancel, _ := run(t, s)
+		waitFor(t, "the startup ping", func() bool { _, _, p := s.Stats(); return p == 1 })
+		var gap time.Duration
+		last := time.Now()
+		for end := last.Add(5 * idle / 2); time.Now().Before(end); {
+			time.Sleep(idle / 20)
+			h.hint()
+			gap = max(gap, time.Since(last))
+			last = time.Now()
+		}
+		_, _, pings := s.Stats()
+		cancel()
+		if gap >= idle/2 && attempt < 3 {
+			t.Logf("hints stalled for %v (the machine is busy): trying again", gap)
+			continue
+		}
+		if pings != 1 {
+			t.Fatalf("%d pings while hints came every %v (threshold %v): want only the startup one", pings, idle/20, idle)
+		}
+		return
+	}
+}
+
 // S07: a batch that breaks ascending order after the cursor is refused
 // whole, before any of it is sent; the subscription ends.
 func TestS07_BatchValidatedBeforeDelivery(t *testing.T) {
