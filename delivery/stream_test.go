@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -14,32 +15,46 @@ import (
 	"github.com/durable-host/host/abi"
 )
 
-// memLog is a StreamReader over a slice, with the operations it saw.
+// memLog is a StreamReader over a slice, with the operations it saw. Like
+// the storage reader it honours the bounds it is given, so a subscription
+// that asks for more than its configured batch gets more.
 type memLog struct {
-	mu     sync.Mutex
-	evs    []abi.Event
-	reads  []uint64 // the after of each After
-	broken bool     // After returns an out-of-order batch
+	mu      sync.Mutex
+	evs     []abi.Event
+	reads   []uint64 // the after of each After
+	batches []batch  // what each After returned
+	broken  bool     // After returns an out-of-order batch
 }
 
-func (l *memLog) add(n int) {
+// batch is one read's result: its events, its payload bytes, and the
+// bytes before its last event.
+type batch struct{ events, bytes, beforeLast int }
+
+func (l *memLog) add(n int) { l.addSized(n, 0) }
+
+// addSized appends n events of size-byte payloads.
+func (l *memLog) addSized(n, size int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for range n {
-		l.evs = append(l.evs, abi.Event{Seq: uint64(len(l.evs) + 1), Topic: "t"})
+		l.evs = append(l.evs, abi.Event{Seq: uint64(len(l.evs) + 1), Topic: "t", Payload: make([]byte, size)})
 	}
 }
 
-func (l *memLog) After(_ context.Context, after uint64, limit, _ int) ([]abi.Event, error) {
+func (l *memLog) After(_ context.Context, after uint64, limit, maxBytes int) ([]abi.Event, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.reads = append(l.reads, after)
 	var out []abi.Event
+	size, before := 0, 0
 	for _, e := range l.evs {
-		if e.Seq > after && len(out) < limit {
+		if e.Seq > after && len(out) < limit && size < maxBytes {
 			out = append(out, e)
+			before = size
+			size += len(e.Payload)
 		}
 	}
+	l.batches = append(l.batches, batch{len(out), size, before})
 	if l.broken && len(out) > 1 {
 		out[0], out[1] = out[1], out[0]
 	}
@@ -262,6 +277,38 @@ func TestS05_S06_IdleWatchdogRecoversMissedHintsWithoutPolling(t *testing.T) {
 	}
 }
 
+// S05: a hint's receipt resets the idle deadline: while hints keep coming
+// more often than the threshold, the watchdog never pings.
+func TestS05_HintReceiptResetsTheIdleDeadline(t *testing.T) {
+	const idle = time.Second
+	for attempt := 1; ; attempt++ {
+		h := &loopHints{}
+		cfg := testStreamConfig()
+		cfg.Idle = idle
+		s := NewSubscription(cfg, &memLog{}, h, zero(), (&sink{}).send)
+		cancel, _ := run(t, s)
+		waitFor(t, "the startup ping", func() bool { _, _, p := s.Stats(); return p == 1 })
+		var gap time.Duration
+		last := time.Now()
+		for end := last.Add(5 * idle / 2); time.Now().Before(end); {
+			time.Sleep(idle / 20)
+			h.hint()
+			gap = max(gap, time.Since(last))
+			last = time.Now()
+		}
+		_, _, pings := s.Stats()
+		cancel()
+		if gap >= idle/2 && attempt < 3 {
+			t.Logf("hints stalled for %v (the machine is busy): trying again", gap)
+			continue
+		}
+		if pings != 1 {
+			t.Fatalf("%d pings while hints came every %v (threshold %v): want only the startup one", pings, idle/20, idle)
+		}
+		return
+	}
+}
+
 // S07: a batch that breaks ascending order after the cursor is refused
 // whole, before any of it is sent; the subscription ends.
 func TestS07_BatchValidatedBeforeDelivery(t *testing.T) {
@@ -290,7 +337,8 @@ func TestS08_OnePendingWakeupBoundedBatches(t *testing.T) {
 	l.add(10)
 	h := &loopHints{}
 	out := &sink{gate: make(chan struct{})}
-	s := NewSubscription(testStreamConfig(), l, h, zero(), out.send)
+	cfg := testStreamConfig()
+	s := NewSubscription(cfg, l, h, zero(), out.send)
 	run(t, s)
 	out.gate <- struct{}{} // the first send is under way: the drain holds
 	for range 10_000 {
@@ -298,6 +346,13 @@ func TestS08_OnePendingWakeupBoundedBatches(t *testing.T) {
 	}
 	if cap(s.wake) != 1 || len(s.wake) != 1 {
 		t.Fatalf("pending wake-ups: %d of room %d, want the 10,000 hints held as one", len(s.wake), cap(s.wake))
+	}
+	// Held in memory while the consumer is stuck: one batch.
+	l.mu.Lock()
+	held := l.batches[len(l.batches)-1].events
+	l.mu.Unlock()
+	if held > cfg.Batch {
+		t.Fatalf("%d events read for a stuck consumer: one batch is at most %d", held, cfg.Batch)
 	}
 	readsBefore := l.readCount()
 	close(out.gate)
@@ -310,6 +365,95 @@ func TestS08_OnePendingWakeupBoundedBatches(t *testing.T) {
 	}
 	if got := out.got(); !slices.IsSorted(got) || len(got) != 15 {
 		t.Fatalf("sent %v", got)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, b := range l.batches {
+		if b.events > cfg.Batch {
+			t.Fatalf("read %d returned %d events: a batch is at most %d", i, b.events, cfg.Batch)
+		}
+	}
+}
+
+// S08: a batch stops at the byte bound too (at least one event, however
+// large), and the reads cover the log in order without gaps.
+func TestS08_BatchesBoundedByBytes(t *testing.T) {
+	l := &memLog{}
+	l.addSized(12, 400)
+	l.addSized(1, 5000) // alone past the bound: still sent
+	l.addSized(3, 400)
+	out := &sink{}
+	cfg := testStreamConfig()
+	cfg.Batch, cfg.BatchBytes = 100, 1000
+	s := NewSubscription(cfg, l, &loopHints{}, zero(), out.send)
+	run(t, s)
+	waitFor(t, "16 events", func() bool { return len(out.got()) == 16 })
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, b := range l.batches {
+		// Reading stops once the bound is reached: every event but the
+		// last fits under it.
+		if b.beforeLast >= cfg.BatchBytes || b.events > cfg.Batch {
+			t.Fatalf("read %d returned %d events of %d bytes: the bound is %d events, %d bytes", i, b.events, b.bytes, cfg.Batch, cfg.BatchBytes)
+		}
+	}
+	if len(l.batches) < 16*400/cfg.BatchBytes {
+		t.Fatalf("%d reads for %d payload bytes under a %d-byte bound", len(l.batches), 16*400+5000, cfg.BatchBytes)
+	}
+	if !slices.Equal(out.got(), []uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}) {
+		t.Fatalf("sent %v", out.got())
+	}
+}
+
+// S08 at the storage reader: ReadAfter returns at most limit events and
+// stops once maxBytes of payload are in, with or without a filter.
+func TestS08_StorageReadIsBounded(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "pub.db")
+	f, err := OpenFile(ctx, path, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tx, err := f.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		if _, err := tx.Append("t", []byte(fmt.Sprintf(`{"n":%d,"pad":"%0300d"}`, i+1, 0)), time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	all, err := ParseFilter("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	some, err := ParseFilter("pad=" + fmt.Sprintf("%0300d", 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name            string
+		f               Filter
+		limit, maxBytes int
+		want            int
+	}{
+		{"by count", all, 4, 1 << 20, 4},
+		{"by bytes", all, 100, 1000, 4}, // ~320 bytes each: the 4th reaches 1000
+		{"one past the bytes", all, 100, 1, 1},
+		{"filtered by count", some, 4, 1 << 20, 4},
+		{"filtered by bytes", some, 100, 1000, 4},
+	} {
+		evs, err := ReadAfter(ctx, path, "t", c.f, 3, c.limit, c.maxBytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) != c.want || evs[0].Seq != 4 {
+			t.Fatalf("%s: %d events %v, want %d from seq 4", c.name, len(evs), evs, c.want)
+		}
 	}
 }
 

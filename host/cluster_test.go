@@ -486,3 +486,67 @@ func TestNATSPortInUseIsAClearError(t *testing.T) {
 		})
 	}
 }
+
+// The edge row records the follower's node, not the publisher's: on two
+// nodes, a socket and an object that live on node 1 follow a publisher
+// homed on node 0. One row per approved follower: following again adds
+// none, and deliveries go to the recorded node.
+//
+// conformance: D02
+func TestD02_EdgeRecordsTheFollowersNodeAcrossNodes(t *testing.T) {
+	t.Parallel()
+	nodes := clusterOf(t, 2, nil)
+	a := &host.Client{Base: nodes[0].URL()}
+	b := &host.Client{Base: nodes[1].URL()}
+	dcall(t, a, "chat/room1", "post", `{"text":"home on node 0"}`)
+	dcall(t, b, "tally/t1", "counts", "") // home on node 1
+	dcall(t, b, "tally/t1", "follow", `{"publisher":"chat/room1"}`)
+	dcall(t, b, "tally/t1", "follow", `{"publisher":"chat/room1"}`)
+	w := follow(t, b, "chat/w", "chat/room1", "messages", "")
+	ws := dial(t, b, "chat/w")
+	send(t, ws, map[string]string{"type": "follow", "object": "chat/room1", "topic": "messages", "params": "x"})
+	readUntil(t, ws, "followed")
+	send(t, ws, map[string]string{"type": "follow", "object": "chat/room1", "topic": "messages"})
+	readUntil(t, ws, "followed")
+	es := edges(t, a, "chat/room1")
+	if len(es) != 3 {
+		t.Fatalf("edges %v: want one per follower (the tally, two sockets), following twice adds none", es)
+	}
+	kinds := map[string]int{}
+	for _, e := range es {
+		kinds[fmt.Sprint(e["kind"])]++
+		if e["node"] != nodes[1].ID() {
+			t.Fatalf("edge %v records node %v: the follower lives on %s (the publisher on %s)", e, e["node"], nodes[1].ID(), nodes[0].ID())
+		}
+	}
+	if kinds["object"] != 1 || kinds["connection"] != 2 {
+		t.Fatalf("edge kinds %v", kinds)
+	}
+	dcall(t, a, "chat/room1", "post", `{"author":"ann","text":"to node 1"}`)
+	waitUntil(t, "the socket on node 1 gets it", 20*time.Second, func() bool { return len(w.seqs(t)) == 1 })
+	waitUntil(t, "the tally on node 1 counts it", 20*time.Second, func() bool {
+		return dcall(t, b, "tally/t1", "counts", "") == `{"authors":{"ann":1},"duplicates":0,"total":1}`
+	})
+}
+
+// A stream's reads are bounded batches on every path: from the home's own
+// file and from another node through the home.
+//
+// conformance: S08
+func TestS08_StreamReadsBoundedLocalAndRemote(t *testing.T) {
+	t.Parallel()
+	nodes := clusterOf(t, 2, nil)
+	a := &host.Client{Base: nodes[0].URL()}
+	dcall(t, a, "hostile/pub", "publish_storm", `{"size":300,"total":6000}`) // 20 events, home on node 0
+	for i, n := range nodes {
+		for _, c := range []struct{ limit, maxBytes, want int }{{4, 1 << 20, 4}, {100, 1000, 4}, {100, 1, 1}} {
+			evs, err := host.StreamAfter(n, "hostile/pub", "storm", 2, c.limit, c.maxBytes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(evs) != c.want || evs[0].Seq != 3 {
+				t.Fatalf("node %d, limit %d, %d bytes: %d events %v, want %d from seq 3", i, c.limit, c.maxBytes, len(evs), evs, c.want)
+			}
+		}
+	}
+}

@@ -3,11 +3,13 @@ package host_test
 import (
 	"bufio"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,7 +17,10 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/nats-io/nats.go"
 
+	"github.com/durable-host/host/abi"
+	"github.com/durable-host/host/delivery"
 	"github.com/durable-host/host/host"
 	"github.com/durable-host/host/vm/vmtest"
 )
@@ -324,7 +329,7 @@ func TestD13_SocketGonePrunesItsEdges(t *testing.T) {
 	waitUntil(t, "tally counts", 10*time.Second, func() bool { return strings.Contains(dcall(t, c, "tally/t1", "counts", ""), `"total":1`) })
 }
 
-// conformance: D10 D12
+// conformance: D12
 func TestD12_SlowSocketFallsBehindAndStaysOpen(t *testing.T) {
 	t.Parallel()
 	_, c := dnode(t, nil)
@@ -462,5 +467,330 @@ func TestD24_OrderWithSmallAndLargeEventsAndManyFollowers(t *testing.T) {
 	}
 	if metric(t, c, "host_ranges_materialized_total") == 0 {
 		t.Error("large events should travel as ranges and be materialized")
+	}
+}
+
+// conformance: D10 D12 D14
+func TestD10_NodeConnectionInboxHolds256ThenRefuses(t *testing.T) {
+	t.Parallel()
+	n, c := dnode(t, nil)
+	ws := dial(t, c, "chat/held")
+	conn := fmt.Sprint(readUntil(t, ws, "hello")["connection"])
+	for _, topic := range []string{"t", "storm"} {
+		send(t, ws, map[string]string{"type": "follow", "object": "hostile/pub", "topic": topic})
+		readUntil(t, ws, "followed")
+	}
+	// The connection's writer is held: once it has taken the first event
+	// it is stuck writing it, and nothing leaves the inbox until release.
+	release, err := host.HoldConnWriter(n, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	t.Cleanup(func() { once.Do(release) })
+	dcall(t, c, "hostile/pub", "publish", `"first"`)
+	waitUntil(t, "the writer holding the first event", 10*time.Second, func() bool {
+		es := edges(t, c, "hostile/pub")
+		return len(es) == 2 && es[0]["cursor"] == float64(1) && host.ConnQueued(n, conn) == 0
+	})
+	// 300 events in one call, one pump round: 256 land, the 257th is
+	// refused, and the publisher prunes both of the connection's edges.
+	dcall(t, c, "hostile/pub", "publish_storm", `{"size":1,"total":300}`)
+	waitUntil(t, "the storm delivered", 20*time.Second, func() bool {
+		es := edges(t, c, "hostile/pub")
+		return len(es) == 0 || es[0]["cursor"] == float64(301)
+	})
+	if es := edges(t, c, "hostile/pub"); len(es) != 0 {
+		t.Fatalf("edges %v after 300 events to a held connection: the inbox must refuse the 257th and the publisher prune the connection's edges", es)
+	}
+	if q := host.ConnQueued(n, conn); q != 256 {
+		t.Fatalf("the node's connection inbox holds %d items, want 256", q)
+	}
+	if got := metric(t, c, `host_edges_pruned_total{reason="connection"}`); got != 2 {
+		t.Errorf("%v edges pruned for the full inbox, want both of the connection's", got)
+	}
+	once.Do(release)
+
+	// The socket stayed open: the client reads its backlog, exactly the
+	// 256 events that landed (seqs 2..257, in order), and one notice.
+	var storm []uint64
+	first, behind := 0, 0
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for first == 0 || behind == 0 || len(storm) < 256 {
+		_, b, err := ws.Read(ctx)
+		if err != nil {
+			t.Fatalf("reading the backlog (first %d, behind %d, storm %d): %v", first, behind, len(storm), err)
+		}
+		var m struct {
+			Type, Topic, Error string
+			Seq                uint64
+		}
+		if len(b) == 0 || json.Unmarshal(b, &m) != nil {
+			continue
+		}
+		switch {
+		case m.Type == "behind":
+			if !strings.Contains(m.Error, "inbox full (256 events)") {
+				t.Fatalf("behind notice %s", b)
+			}
+			behind++
+		case m.Type == "event" && m.Topic == "t":
+			first++
+		case m.Type == "event" && m.Topic == "storm":
+			storm = append(storm, m.Seq)
+		}
+	}
+	// Whatever is still queued comes before the pong of a ping sent now.
+	waitUntil(t, "the inbox drained", 10*time.Second, func() bool { return host.ConnQueued(n, conn) == 0 })
+	send(t, ws, map[string]string{"type": "ping"})
+	for {
+		_, b, err := ws.Read(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m struct{ Type, Topic string }
+		json.Unmarshal(b, &m)
+		if m.Type == "pong" {
+			break
+		}
+		if m.Type == "behind" {
+			behind++
+		}
+		if m.Type == "event" {
+			t.Fatalf("an event past the inbox's 256: %s", b)
+		}
+	}
+	for i, s := range storm {
+		if s != uint64(i+2) {
+			t.Fatalf("storm event %d has seq %d: want 2..257 in order", i, s)
+		}
+	}
+	if first != 1 || behind != 1 {
+		t.Fatalf("%d first events and %d behind notices, want one each", first, behind)
+	}
+	// Following again resumes at the head.
+	send(t, ws, map[string]string{"type": "follow", "object": "hostile/pub", "topic": "t"})
+	readUntil(t, ws, "followed")
+	dcall(t, c, "hostile/pub", "publish", `"again"`)
+	if e := readUntil(t, ws, "event"); e["seq"] != float64(302) {
+		t.Fatalf("after following again: %v", e)
+	}
+}
+
+// redeliver sends an object delivery to node n over its inter-node
+// transport, as a publisher's pump does, and returns the follower's report.
+func redeliver(t *testing.T, n *host.Node, d *delivery.ObjectDelivery) delivery.ObjectResult {
+	t.Helper()
+	if d.Through == 0 && len(d.Events) > 0 {
+		d.Through = d.Events[len(d.Events)-1].Seq
+	}
+	m := nats.NewMsg("host.node." + n.ID() + ".deliver")
+	m.Data = delivery.AppendObjectDelivery(nil, d)
+	reply, err := n.NATSConn().RequestMsg(m, 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := reply.Header.Get("Status"); s != "200" {
+		t.Fatalf("delivery answered %s: %s", s, reply.Header.Get("Error"))
+	}
+	var res delivery.ObjectResult
+	if err := json.Unmarshal(reply.Data, &res); err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+func ev(seq uint64, payload string) abi.Event {
+	return abi.Event{Seq: seq, Topic: "t", Payload: []byte(payload), Time: time.Now().UnixNano()}
+}
+
+// received lists what hostile follower f's receive handler committed.
+func received(t *testing.T, c *host.Client, f string) []string {
+	t.Helper()
+	var got []string
+	json.Unmarshal([]byte(dcall(t, c, f, "received", "")), &got)
+	return got
+}
+
+// The same event delivered twice to a follower through the node's receive
+// path: the handler's effect is there once. The cursor is checked before
+// the handler runs (a redelivery whose handler would now fail is skipped,
+// not run) and advances only with the handler's own transaction (a failed
+// handler leaves the cursor, so its event runs again).
+//
+// conformance: D15 D16 D17
+func TestD17_RedeliverySkipsWhatTheHandlerCommitted(t *testing.T) {
+	t.Parallel()
+	n, c := dnode(t, nil)
+	const pub, f = "hostile/pub", "hostile/r"
+	want := func(res delivery.ObjectResult, done uint64, failed bool) {
+		t.Helper()
+		if (res.Err != "") != failed || !failed && res.Done != done {
+			t.Fatalf("delivery result %+v, want done %d, failed %v", res, done, failed)
+		}
+	}
+	check := func(want ...string) {
+		t.Helper()
+		got := received(t, c, f)
+		if !slices.Equal(got, want) {
+			t.Fatalf("follower committed %q, want %q", got, want)
+		}
+	}
+	want(redeliver(t, n, &delivery.ObjectDelivery{Publisher: pub, Follower: f, Topic: "t", Events: []abi.Event{ev(1, `"one"`)}}), 1, false)
+	want(redeliver(t, n, &delivery.ObjectDelivery{Publisher: pub, Follower: f, Topic: "t", Events: []abi.Event{ev(1, `"one"`)}}), 1, false)
+	check(pub + ` t 1 "one"`)
+	// Seq 1 is committed: its handler must not run again, so a payload
+	// that would make it fail is never seen.
+	want(redeliver(t, n, &delivery.ObjectDelivery{Publisher: pub, Follower: f, Topic: "t", Events: []abi.Event{ev(1, `"fail"`)}}), 1, false)
+	// A failed handler commits nothing, its cursor included: the event
+	// runs again on redelivery.
+	want(redeliver(t, n, &delivery.ObjectDelivery{Publisher: pub, Follower: f, Topic: "t", Events: []abi.Event{ev(2, `"fail"`)}}), 0, true)
+	check(pub + ` t 1 "one"`)
+	want(redeliver(t, n, &delivery.ObjectDelivery{Publisher: pub, Follower: f, Topic: "t", Events: []abi.Event{ev(2, `"two"`)}}), 2, false)
+	check(pub+` t 1 "one"`, pub+` t 2 "two"`)
+	want(redeliver(t, n, &delivery.ObjectDelivery{Publisher: pub, Follower: f, Topic: "t", Events: []abi.Event{ev(1, `"one"`), ev(2, `"fail"`), ev(3, `"three"`)}}), 3, false)
+	check(pub+` t 1 "one"`, pub+` t 2 "two"`, pub+` t 3 "three"`)
+	// The cursor is per (publisher, topic): seq 1 of another topic or of
+	// another publisher is another event.
+	other := ev(1, `"other topic"`)
+	other.Topic = "u"
+	want(redeliver(t, n, &delivery.ObjectDelivery{Publisher: pub, Follower: f, Topic: "u", Events: []abi.Event{other}}), 1, false)
+	want(redeliver(t, n, &delivery.ObjectDelivery{Publisher: "hostile/pub2", Follower: f, Topic: "t", Events: []abi.Event{ev(1, `"other publisher"`)}}), 1, false)
+	check(pub+` t 1 "one"`, pub+` t 2 "two"`, pub+` t 3 "three"`, pub+` u 1 "other topic"`, `hostile/pub2 t 1 "other publisher"`)
+
+	// The cursor and the handler's effect commit together: a reader of the
+	// follower's file never sees one without the other.
+	const g = "hostile/s"
+	want(redeliver(t, n, &delivery.ObjectDelivery{Publisher: pub, Follower: g, Topic: "t", Events: []abi.Event{ev(1, `"1"`)}}), 1, false)
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(n.DataDir(), "objects", "hostile", "s.db")+"?mode=ro&_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	stop := make(chan struct{})
+	var snapshots, torn int
+	var reader sync.WaitGroup
+	reader.Add(1)
+	go func() {
+		defer reader.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			var cursor, effects int
+			err := db.QueryRow(`SELECT COALESCE((SELECT seq FROM cursors WHERE publisher = 'hostile/pub' AND topic = 't'), 0),
+				(SELECT count(*) FROM state WHERE key >= CAST('got/' AS BLOB) AND key < CAST('got0' AS BLOB))`).Scan(&cursor, &effects)
+			if err != nil {
+				continue
+			}
+			snapshots++
+			if cursor != effects {
+				torn++
+			}
+		}
+	}()
+	for seq := uint64(2); seq <= 150; seq++ {
+		want(redeliver(t, n, &delivery.ObjectDelivery{Publisher: pub, Follower: g, Topic: "t", Events: []abi.Event{ev(seq, fmt.Sprintf(`"%d"`, seq))}}), seq, false)
+	}
+	close(stop)
+	reader.Wait()
+	if torn > 0 {
+		t.Fatalf("%d of %d snapshots of the follower's file show the cursor and the handler's effects apart", torn, snapshots)
+	}
+	t.Logf("%d snapshots, none torn", snapshots)
+
+	// Through the real pump: the edge delivers seq 1, then the same
+	// delivery arrives again (its outcome lost on the way back).
+	dcall(t, c, "hostile/g", "follow", `{"publisher":"hostile/pub","topic":"t"}`)
+	dcall(t, c, pub, "publish", `"real"`)
+	waitUntil(t, "the pump's delivery", 10*time.Second, func() bool { return len(received(t, c, "hostile/g")) == 1 })
+	want(redeliver(t, n, &delivery.ObjectDelivery{Publisher: pub, Follower: "hostile/g", Topic: "t", Events: []abi.Event{ev(1, `"fail"`)}}), 1, false)
+	if got := received(t, c, "hostile/g"); len(got) != 1 || got[0] != pub+` t 1 "real"` {
+		t.Fatalf("after a redelivery of what the pump delivered: %q", got)
+	}
+}
+
+// Local edges deliver directly: a socket and an object follower on the
+// publisher's own node get their events with no inter-node call.
+//
+// conformance: D06
+func TestD06_LocalEdgesDeliverDirectly(t *testing.T) {
+	t.Parallel()
+	_, c := dnode(t, nil)
+	w := follow(t, c, "chat/w", "chat/room1", "messages", "")
+	dcall(t, c, "tally/t1", "follow", `{"publisher":"chat/room1"}`)
+	for i := 0; i < 3; i++ {
+		dcall(t, c, "chat/room1", "post", fmt.Sprintf(`{"author":"ann","text":"m%d"}`, i))
+	}
+	waitUntil(t, "the socket's events", 10*time.Second, func() bool { return len(w.seqs(t)) == 3 })
+	waitUntil(t, "the tally's events", 10*time.Second, func() bool {
+		return dcall(t, c, "tally/t1", "counts", "") == `{"authors":{"ann":3},"duplicates":0,"total":3}`
+	})
+	for _, kind := range []string{"conns", "deliver"} {
+		if got := metric(t, c, `host_internode_calls_total{kind="`+kind+`"}`); got != 0 {
+			t.Errorf("%v inter-node %s calls for followers on the publisher's node, want none", got, kind)
+		}
+	}
+	if metric(t, c, `host_delivery_calls_total{kind="connection_batch",path="local"}`) == 0 || metric(t, c, `host_delivery_calls_total{kind="object",path="local"}`) == 0 {
+		t.Error("local deliveries not counted as local")
+	}
+}
+
+// The node's defaults are the seeds' numbers: a handler budget of 10 s,
+// durable retries from 500 ms doubling to a last wait of 32 s before the
+// 8th failure drops the edge, a 256-item inbox, 32 KB inline, and a 10 s
+// stream idle threshold.
+//
+// conformance: D10 D18 D19 D22 S05
+func TestD18_D19_NodeDefaultsAreTheSeeds(t *testing.T) {
+	cfg := host.DefaultConfig()
+	d := cfg.Delivery
+	if cfg.VM.Budget != 10*time.Second {
+		t.Errorf("handler budget %v, want 10s", cfg.VM.Budget)
+	}
+	if d.RetryBase != 500*time.Millisecond || d.MaxAttempts != 8 {
+		t.Errorf("retry base %v, attempts %d: want 500ms, 8", d.RetryBase, d.MaxAttempts)
+	}
+	var waits []time.Duration
+	for a := 1; a < d.MaxAttempts; a++ {
+		waits = append(waits, d.Backoff(a))
+	}
+	want := []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 32 * time.Second}
+	if !slices.Equal(waits, want) {
+		t.Errorf("waits after failures 1..7: %v, want %v", waits, want)
+	}
+	if d.Inbox != 256 || d.InlineLimit != 32<<10 {
+		t.Errorf("inbox %d, inline limit %d: want 256, 32 KB", d.Inbox, d.InlineLimit)
+	}
+	if cfg.Streams.Idle != 10*time.Second {
+		t.Errorf("stream idle threshold %v, want 10s", cfg.Streams.Idle)
+	}
+}
+
+// A ranged delivery carries the edge's filter and the receiver applies it
+// as it materializes the range from its copy of the publisher's log: only
+// matching events reach the handler.
+//
+// conformance: D22
+func TestD22_RangedDeliveryAppliesTheEdgesFilter(t *testing.T) {
+	t.Parallel()
+	n, c := dnode(t, nil)
+	for _, k := range []int{2, 1, 3, 1} {
+		dcall(t, c, "hostile/pub", "publish", fmt.Sprintf(`{"topic":"t","payload":{"k":%d}}`, k))
+	}
+	res := redeliver(t, n, &delivery.ObjectDelivery{Publisher: "hostile/pub", Follower: "hostile/rf", Topic: "t", Filter: "k=1",
+		Range: &delivery.Range{After: 0, Through: 4}, Through: 4})
+	if res.Err != "" || res.Done != 4 {
+		t.Fatalf("ranged delivery: %+v", res)
+	}
+	got := received(t, c, "hostile/rf")
+	if want := []string{`hostile/pub t 2 {"k":1}`, `hostile/pub t 4 {"k":1}`}; !slices.Equal(got, want) {
+		t.Fatalf("follower handled %q, want only the matching events %q", got, want)
+	}
+	if metric(t, c, "host_ranges_materialized_total") != 1 {
+		t.Error("the range was not materialized")
 	}
 }

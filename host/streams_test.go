@@ -450,3 +450,19 @@ func TestS04_ReconnectPublishesAHint(t *testing.T) {
 	dcall(t, client(n), "chat/rc", "post", `{"author":"a","text":"after"}`)
 	s.waitSeqs(1, 2)
 }
+
+// S03 on the node: a stream's hint listener is registered at the NATS
+// server (flushed) by the time Listen returns, before the first read.
+func TestS03_HintListenerFlushedBeforeFirstRead(t *testing.T) {
+	t.Parallel()
+	n, _ := dnode(t, nil)
+	for i := 0; i < 50; i++ {
+		ok, err := host.HintListenerRegistered(n, fmt.Sprintf("chat/s%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			t.Fatalf("listener %d: the server had no interest when Listen returned: it was not flushed", i)
+		}
+	}
+}
