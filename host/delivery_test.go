@@ -605,8 +605,8 @@ func ev(seq uint64, payload string) abi.Event {
 	return abi.Event{Seq: seq, Topic: "t", Payload: []byte(payload), Time: time.Now().UnixNano()}
 }
 
-// received lists what hostile follower f's receive handler committed.
-func received(t *testing.T, c *host.Client, f string) []string {
+// receivedLines lists what hostile follower f's receive handler committed.
+func receivedLines(t *testing.T, c *host.Client, f string) []string {
 	t.Helper()
 	var got []string
 	json.Unmarshal([]byte(dcall(t, c, f, "received", "")), &got)
@@ -632,7 +632,7 @@ func TestD17_RedeliverySkipsWhatTheHandlerCommitted(t *testing.T) {
 	}
 	check := func(want ...string) {
 		t.Helper()
-		got := received(t, c, f)
+		got := receivedLines(t, c, f)
 		if !slices.Equal(got, want) {
 			t.Fatalf("follower committed %q, want %q", got, want)
 		}
@@ -706,9 +706,9 @@ func TestD17_RedeliverySkipsWhatTheHandlerCommitted(t *testing.T) {
 	// delivery arrives again (its outcome lost on the way back).
 	dcall(t, c, "hostile/g", "follow", `{"publisher":"hostile/pub","topic":"t"}`)
 	dcall(t, c, pub, "publish", `"real"`)
-	waitUntil(t, "the pump's delivery", 10*time.Second, func() bool { return len(received(t, c, "hostile/g")) == 1 })
+	waitUntil(t, "the pump's delivery", 10*time.Second, func() bool { return len(receivedLines(t, c, "hostile/g")) == 1 })
 	want(redeliver(t, n, &delivery.ObjectDelivery{Publisher: pub, Follower: "hostile/g", Topic: "t", Events: []abi.Event{ev(1, `"fail"`)}}), 1, false)
-	if got := received(t, c, "hostile/g"); len(got) != 1 || got[0] != pub+` t 1 "real"` {
+	if got := receivedLines(t, c, "hostile/g"); len(got) != 1 || got[0] != pub+` t 1 "real"` {
 		t.Fatalf("after a redelivery of what the pump delivered: %q", got)
 	}
 }
@@ -786,7 +786,7 @@ func TestD22_RangedDeliveryAppliesTheEdgesFilter(t *testing.T) {
 	if res.Err != "" || res.Done != 4 {
 		t.Fatalf("ranged delivery: %+v", res)
 	}
-	got := received(t, c, "hostile/rf")
+	got := receivedLines(t, c, "hostile/rf")
 	if want := []string{`hostile/pub t 2 {"k":1}`, `hostile/pub t 4 {"k":1}`}; !slices.Equal(got, want) {
 		t.Fatalf("follower handled %q, want only the matching events %q", got, want)
 	}
