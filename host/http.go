@@ -68,7 +68,7 @@ func statusOf(err error) int {
 		return rerr.status
 	case errors.As(err, &le):
 		return le.Status
-	case errors.Is(err, ErrBadRequest), errors.Is(err, vm.ErrBadRequest):
+	case errors.Is(err, ErrBadRequest):
 		return http.StatusBadRequest
 	case errors.Is(err, ErrUnauthorized):
 		return http.StatusUnauthorized

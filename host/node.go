@@ -137,14 +137,17 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Errors the API maps to statuses.
+// Errors the API maps to statuses. ErrBadRequest, ErrTooLarge and
+// ErrUnavailable are the vm's own values: one error set, so a failure a
+// guest sees as a status and the same failure over HTTP need no
+// translating between the two.
 var (
-	ErrBadRequest     = errors.New("bad request")
+	ErrBadRequest     = vm.ErrBadRequest
 	ErrUnknownProgram = errors.New("unknown program")
 	ErrUnknownObject  = errors.New("unknown object")
 	ErrShuttingDown   = errors.New("node is shutting down")
-	ErrTooLarge       = errors.New("too large")
-	ErrUnavailable    = errors.New("unavailable")
+	ErrTooLarge       = vm.ErrTooLarge
+	ErrUnavailable    = vm.ErrUnavailable
 	ErrNotFound       = errors.New("not found")
 	ErrConflict       = errors.New("conflict")
 )
