@@ -2,8 +2,8 @@
 // the embedded NATS server. It wires the vm (running guests) to delivery
 // (object files, logs, edges).
 //
-// It does not run guests itself (vm does) nor define what is in an object's
-// file (delivery does).
+// It does not run guests itself (vm does), define what is in an object's
+// file (delivery does) nor decide membership and placement (cluster does).
 package host
 
 import (
@@ -24,6 +24,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/durable-host/host/delivery"
+	"github.com/durable-host/host/host/cluster"
 	"github.com/durable-host/host/vm"
 )
 
@@ -144,7 +145,7 @@ var (
 	ErrUnknownObject  = errors.New("unknown object")
 	ErrShuttingDown   = errors.New("node is shutting down")
 	ErrTooLarge       = errors.New("too large")
-	ErrUnavailable    = errors.New("unavailable")
+	ErrUnavailable    = cluster.ErrUnavailable // one value, so errors.Is holds for the cluster's
 	ErrNotFound       = errors.New("not found")
 	ErrConflict       = errors.New("conflict")
 )
@@ -163,7 +164,7 @@ type Node struct {
 	usage    *usage
 	objects  *objects
 	nats     *natsConn
-	cluster  *cluster
+	cluster  *cluster.Cluster
 	streams  *streams
 	metrics  *metrics
 	dcfg     delivery.Config
@@ -248,7 +249,11 @@ func (n *Node) open(ctx context.Context) error {
 	// NATS restores listeners after a reconnect; hints sent meanwhile are
 	// lost, so each subscription pings to drain what it missed.
 	n.nats.nc.SetReconnectHandler(func(*nats.Conn) { n.streams.reconnected() })
-	if n.cluster, err = newCluster(ctx, n); err != nil {
+	js, replicas, err := n.jetStream()
+	if err != nil {
+		return err
+	}
+	if n.cluster, err = n.newCluster(js, replicas); err != nil {
 		return err
 	}
 	// Every bucket at once: in a new cluster each replicated stream elects
@@ -256,22 +261,22 @@ func (n *Node) open(ctx context.Context) error {
 	// the start time.
 	var wg sync.WaitGroup
 	var clusterErr, programsErr, tenantsErr error
-	wg.Go(func() { clusterErr = n.cluster.openBuckets(ctx) })
+	wg.Go(func() { clusterErr = n.cluster.Open(ctx) })
 	wg.Go(func() {
-		n.programs, programsErr = openPrograms(ctx, n.log, cfg.DataDir, n.cluster.js, n.cluster.replicas, n.engine)
+		n.programs, programsErr = openPrograms(ctx, n.log, cfg.DataDir, js, replicas, n.engine)
 		if programsErr != nil {
 			programsErr = fmt.Errorf("programs: %w", programsErr)
 		}
 	})
 	if cfg.Auth {
-		wg.Go(func() { n.tenants, tenantsErr = openTenants(ctx, n.log, n.cluster.js, n.cluster.replicas) })
+		wg.Go(func() { n.tenants, tenantsErr = openTenants(ctx, n.log, js, replicas) })
 	}
 	wg.Wait()
 	if err := errors.Join(clusterErr, programsErr, tenantsErr); err != nil {
 		return err
 	}
 	n.shaper = newShaper(n.programs, n.engine, n.usage, n.metrics, n.log)
-	if err := n.cluster.start(ctx); err != nil {
+	if err := n.cluster.Start(ctx); err != nil {
 		return err
 	}
 	if cfg.Auth {
@@ -286,7 +291,7 @@ func (n *Node) open(ctx context.Context) error {
 		}
 		n.usage.scan()
 	}
-	n.pump = delivery.NewPump(cfg.Delivery, remoteTransport{n}, clusterMembership{n}, n.metrics, n.log)
+	n.pump = delivery.NewPump(cfg.Delivery, remoteTransport{n}, clusterMembership{n.cluster}, n.metrics, n.log)
 	return n.subscribe()
 }
 
@@ -351,7 +356,7 @@ func (n *Node) Start() error {
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
-		n.cluster.reclaim(n.bgContext)
+		n.cluster.Reclaim(n.bgContext)
 		if err := n.resumePublishers(n.bgContext); err != nil {
 			n.log.Warn("resume deliveries", slog.Any("err", err))
 		}
@@ -412,7 +417,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		n.rpcs.Wait()
 		n.conns.closeAll()
 		if n.cluster != nil {
-			n.cluster.close()
+			n.cluster.Close()
 		}
 		n.cancelBg()
 		n.wg.Wait()
@@ -496,7 +501,7 @@ func (n *Node) Call(ctx context.Context, id ObjectID, method string, payload []b
 
 // callLocal runs a call on this node, the object's home.
 func (n *Node) callLocal(ctx context.Context, id ObjectID, method string, payload []byte) ([]byte, error) {
-	if !n.cluster.leaseValid() {
+	if !n.cluster.LeaseValid() {
 		return nil, fmt.Errorf("%w: this node's lease is not current", ErrUnavailable)
 	}
 	o, err := n.objects.acquire(id)
