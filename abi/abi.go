@@ -43,6 +43,8 @@
 // wasm32-unknown-unknown and import nothing but this module.
 package abi
 
+import "errors"
+
 // Version is the ABI version a guest reports through ExportVersion. The host
 // refuses modules that report another version.
 const Version = 1
@@ -136,6 +138,18 @@ const (
 	StatusUnavailable int32 = -6
 	// StatusSkip: from event, the connection gets nothing for this event.
 	StatusSkip int32 = -7
+)
+
+// Errors that mean a status, the one set every part of the host uses: a
+// host function answers a guest with the status, the HTTP API with the
+// matching code, and nothing translates between them.
+var (
+	// ErrTooLarge is StatusTooLarge (HTTP 413).
+	ErrTooLarge = errors.New("too large")
+	// ErrBadRequest is StatusBadRequest (HTTP 400).
+	ErrBadRequest = errors.New("bad request")
+	// ErrUnavailable is StatusUnavailable (HTTP 503).
+	ErrUnavailable = errors.New("unavailable")
 )
 
 // Limits a guest can rely on; the host refuses larger inputs with

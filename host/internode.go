@@ -13,6 +13,7 @@ import (
 
 	"github.com/durable-host/host/abi"
 	"github.com/durable-host/host/delivery"
+	"github.com/durable-host/host/host/cluster"
 )
 
 // Inter-node calls are NATS request/reply on per-node subjects:
@@ -47,7 +48,7 @@ var errNotHome = errors.New("not this object's home")
 
 // ErrObjectUnavailable: the object's home node is gone and no replica can
 // serve it yet.
-var ErrObjectUnavailable = errors.New("object unavailable")
+var ErrObjectUnavailable = cluster.ErrObjectUnavailable
 
 const (
 	hdrStatus = "Status"
@@ -147,12 +148,12 @@ func msgObject(m *nats.Msg) (ObjectID, error) { return ParseObjectID(m.Header.Ge
 
 // ensureHome fails with errNotHome unless this node is obj's home.
 func (n *Node) ensureHome(ctx context.Context, obj ObjectID) error {
-	h, err := n.cluster.home(ctx, obj)
+	h, err := n.cluster.Home(ctx, cluster.Object(obj))
 	if err != nil {
 		return err
 	}
 	if h != n.id {
-		n.cluster.forget(obj)
+		n.cluster.Forget(cluster.Object(obj))
 		return errNotHome
 	}
 	return nil
@@ -176,7 +177,7 @@ func (n *Node) onHome(ctx context.Context, obj ObjectID, local func() error, rem
 		if n.objects.isActive(obj) {
 			return local()
 		}
-		h, err := n.cluster.home(ctx, obj)
+		h, err := n.cluster.Home(ctx, cluster.Object(obj))
 		if err != nil {
 			return err
 		}
@@ -185,7 +186,7 @@ func (n *Node) onHome(ctx context.Context, obj ObjectID, local func() error, rem
 		}
 		err = remote(h)
 		if errors.Is(err, errNotHome) && attempt == 0 {
-			n.cluster.forget(obj)
+			n.cluster.Forget(cluster.Object(obj))
 			continue
 		}
 		return err
@@ -362,22 +363,9 @@ func (t remoteTransport) Object(ctx context.Context, node string, d *delivery.Ob
 	return res, json.Unmarshal(reply.Data, &res)
 }
 
-// clusterMembership answers the pump's questions from the cluster view.
-type clusterMembership struct{ n *Node }
-
-func (m clusterMembership) Self() string        { return m.n.id }
-func (m clusterMembership) Live(id string) bool { return m.n.cluster.Live(id) }
-func (m clusterMembership) Locate(ctx context.Context, object string) (string, error) {
-	id, err := ParseObjectID(object)
-	if err != nil {
-		return "", err
-	}
-	return m.n.cluster.home(ctx, id)
-}
-
 // materializeRemote asks the publisher's home for a range of its log.
 func (n *Node) materializeRemote(ctx context.Context, pub ObjectID, d *delivery.ObjectDelivery) ([]abi.Event, error) {
-	h, err := n.cluster.home(ctx, pub)
+	h, err := n.cluster.Home(ctx, cluster.Object(pub))
 	if err != nil {
 		return nil, err
 	}
@@ -396,5 +384,5 @@ func (n *Node) materializeRemote(ctx context.Context, pub ObjectID, d *delivery.
 }
 
 func (n *Node) handleCluster(w http.ResponseWriter, r *http.Request, _ principal) {
-	writeJSON(w, http.StatusOK, map[string]any{"self": n.id, "nodes": n.cluster.liveNodes()})
+	writeJSON(w, http.StatusOK, map[string]any{"self": n.id, "nodes": n.cluster.Nodes()})
 }

@@ -2,13 +2,13 @@ package host
 
 import (
 	"context"
-	"fmt"
 	"net"
-	"os"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/durable-host/host/host/cluster"
 	"github.com/durable-host/host/vm/vmtest"
 )
 
@@ -21,86 +21,54 @@ func freeRoute(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// TestLeaseLostNodeIsGoneForGood: a node that stops renewing its lease is
-// dropped by its peers; when it comes back it is refused under its old id
-// (its renewal fails, it shuts down, and peers never count the old id live
-// again, even if the id's key reappears).
-func TestLeaseLostNodeIsGoneForGood(t *testing.T) {
+// A node whose lease is gone for good shuts down and says so through
+// LeaseLost: `host serve` then starts a new node under a new id. (The
+// lease's lapse, refusal and "ids never return" are package cluster's
+// tests.)
+//
+// conformance: D21
+func TestLeaseLostNodeShutsDown(t *testing.T) {
 	t.Parallel()
-	// Three nodes: the cluster's buckets keep three replicas and survive
-	// one node leaving.
-	routes := []string{freeRoute(t), freeRoute(t), freeRoute(t)}
-	name := fmt.Sprintf("lease-%d", os.Getpid())
-	nodes := make([]*Node, 3)
-	errs := make([]error, 3)
-	var wg sync.WaitGroup
-	for i := range nodes {
-		cfg := DefaultConfig()
-		cfg.DataDir = t.TempDir()
-		cfg.Listen = "127.0.0.1:0"
-		cfg.VM.CacheDir = vmtest.CacheDir()
-		cfg.LeaseTTL, cfg.Heartbeat = 3*time.Second, 300*time.Millisecond
-		cfg.NATS.Cluster, cfg.NATS.ClusterName = routes[i], name
-		for j, r := range routes {
-			if j != i {
-				cfg.NATS.Routes = append(cfg.NATS.Routes, "nats://"+r)
-			}
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			nodes[i], errs[i] = New(context.Background(), cfg)
-		}()
-	}
-	wg.Wait()
-	for i, n := range nodes {
-		if errs[i] != nil {
-			t.Fatal(errs[i])
-		}
-		n.Start()
-		t.Cleanup(func() { n.Shutdown(context.Background()) })
-	}
-	a, b := nodes[0], nodes[1]
-	wait := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out: %s", what)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	wait("a sees b", func() bool { return a.cluster.Live(b.ID()) })
-
-	b.cluster.mu.Lock()
-	b.cluster.paused = true
-	b.cluster.mu.Unlock()
-	wait("a drops b", func() bool { return !a.cluster.Live(b.ID()) })
-
-	// b comes back: its renewal is refused and it leaves for good.
-	b.cluster.mu.Lock()
-	b.cluster.paused = false
-	b.cluster.mu.Unlock()
-	select {
-	case <-b.LeaseLost():
-	case <-time.After(30 * time.Second):
-		t.Fatal("b kept running under a lapsed lease")
-	}
-	// Even if the old id's key reappears, it stays dead.
-	// (The bucket may be electing a new leader now that b is gone: retry.)
+	cfg := DefaultConfig()
+	cfg.DataDir = t.TempDir()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.VM.CacheDir = vmtest.CacheDir()
+	cfg.Logger = quietLog()
+	cfg.LeaseTTL, cfg.Heartbeat = 3*time.Second, 300*time.Millisecond
 	ctx := context.Background()
-	var err error
-	for range 3 {
-		if _, err = a.cluster.nodes.Put(ctx, "n."+b.ID(), []byte(`{"id":"`+b.ID()+`"}`)); err == nil {
-			break
-		}
-	}
+	n, err := New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(3 * a.cfg.Heartbeat)
-	if a.cluster.Live(b.ID()) {
-		t.Fatal("a node id came back")
+	n.Start()
+	t.Cleanup(func() { n.Shutdown(context.Background()) })
+
+	if _, _, err := n.Upload(ctx, "chat", vmtest.Wasm(t, "chat")); err != nil {
+		t.Fatal(err)
+	}
+	room := ObjectID{"chat", "room1"}
+	if _, err := n.Call(ctx, room, "post", []byte(`{"text":"hi"}`)); err != nil {
+		t.Fatal(err)
+	}
+
+	// The lease changes hands behind the node's back.
+	js, err := jetstream.New(n.nats.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, cluster.NodesBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Delete(ctx, "n."+n.ID()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-n.LeaseLost():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the node kept running without its lease")
+	}
+	if _, err := n.Call(ctx, room, "post", []byte(`{"text":"hi"}`)); err == nil {
+		t.Fatal("a node that lost its lease still serves calls")
 	}
 }

@@ -2,8 +2,8 @@
 // the embedded NATS server. It wires the vm (running guests) to delivery
 // (object files, logs, edges).
 //
-// It does not run guests itself (vm does) nor define what is in an object's
-// file (delivery does).
+// It does not run guests itself (vm does), define what is in an object's
+// file (delivery does) nor decide membership and placement (cluster does).
 package host
 
 import (
@@ -23,7 +23,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/durable-host/host/abi"
 	"github.com/durable-host/host/delivery"
+	"github.com/durable-host/host/host/cluster"
 	"github.com/durable-host/host/vm"
 )
 
@@ -138,16 +140,16 @@ func (c Config) Validate() error {
 }
 
 // Errors the API maps to statuses. ErrBadRequest, ErrTooLarge and
-// ErrUnavailable are the vm's own values: one error set, so a failure a
-// guest sees as a status and the same failure over HTTP need no
+// ErrUnavailable are abi's values, shared with the vm and the cluster: a
+// failure a guest sees as a status and the same failure over HTTP need no
 // translating between the two.
 var (
-	ErrBadRequest     = vm.ErrBadRequest
+	ErrBadRequest     = abi.ErrBadRequest
 	ErrUnknownProgram = errors.New("unknown program")
 	ErrUnknownObject  = errors.New("unknown object")
 	ErrShuttingDown   = errors.New("node is shutting down")
-	ErrTooLarge       = vm.ErrTooLarge
-	ErrUnavailable    = vm.ErrUnavailable
+	ErrTooLarge       = abi.ErrTooLarge
+	ErrUnavailable    = abi.ErrUnavailable
 	ErrNotFound       = errors.New("not found")
 	ErrConflict       = errors.New("conflict")
 )
@@ -166,7 +168,7 @@ type Node struct {
 	usage    *usage
 	objects  *objects
 	nats     *natsConn
-	cluster  *cluster
+	cluster  *cluster.Cluster
 	streams  *streams
 	metrics  *metrics
 	dcfg     delivery.Config
@@ -251,7 +253,11 @@ func (n *Node) open(ctx context.Context) error {
 	// NATS restores listeners after a reconnect; hints sent meanwhile are
 	// lost, so each subscription pings to drain what it missed.
 	n.nats.nc.SetReconnectHandler(func(*nats.Conn) { n.streams.reconnected() })
-	if n.cluster, err = newCluster(ctx, n); err != nil {
+	js, replicas, err := n.jetStream()
+	if err != nil {
+		return err
+	}
+	if n.cluster, err = n.newCluster(js, replicas); err != nil {
 		return err
 	}
 	// Every bucket at once: in a new cluster each replicated stream elects
@@ -259,22 +265,22 @@ func (n *Node) open(ctx context.Context) error {
 	// the start time.
 	var wg sync.WaitGroup
 	var clusterErr, programsErr, tenantsErr error
-	wg.Go(func() { clusterErr = n.cluster.openBuckets(ctx) })
+	wg.Go(func() { clusterErr = n.cluster.Open(ctx) })
 	wg.Go(func() {
-		n.programs, programsErr = openPrograms(ctx, n.log, cfg.DataDir, n.cluster.js, n.cluster.replicas, n.engine)
+		n.programs, programsErr = openPrograms(ctx, n.log, cfg.DataDir, js, replicas, n.engine)
 		if programsErr != nil {
 			programsErr = fmt.Errorf("programs: %w", programsErr)
 		}
 	})
 	if cfg.Auth {
-		wg.Go(func() { n.tenants, tenantsErr = openTenants(ctx, n.log, n.cluster.js, n.cluster.replicas) })
+		wg.Go(func() { n.tenants, tenantsErr = openTenants(ctx, n.log, js, replicas) })
 	}
 	wg.Wait()
 	if err := errors.Join(clusterErr, programsErr, tenantsErr); err != nil {
 		return err
 	}
 	n.shaper = newShaper(n.programs, n.engine, n.usage, n.metrics, n.log)
-	if err := n.cluster.start(ctx); err != nil {
+	if err := n.cluster.Start(ctx); err != nil {
 		return err
 	}
 	if cfg.Auth {
@@ -289,7 +295,7 @@ func (n *Node) open(ctx context.Context) error {
 		}
 		n.usage.scan()
 	}
-	n.pump = delivery.NewPump(cfg.Delivery, remoteTransport{n}, clusterMembership{n}, n.metrics, n.log)
+	n.pump = delivery.NewPump(cfg.Delivery, remoteTransport{n}, clusterMembership{n.cluster}, n.metrics, n.log)
 	return n.subscribe()
 }
 
@@ -354,7 +360,7 @@ func (n *Node) Start() error {
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
-		n.cluster.reclaim(n.bgContext)
+		n.cluster.Reclaim(n.bgContext)
 		if err := n.resumePublishers(n.bgContext); err != nil {
 			n.log.Warn("resume deliveries", slog.Any("err", err))
 		}
@@ -415,7 +421,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		n.rpcs.Wait()
 		n.conns.closeAll()
 		if n.cluster != nil {
-			n.cluster.close()
+			n.cluster.Close()
 		}
 		n.cancelBg()
 		n.wg.Wait()
@@ -499,7 +505,7 @@ func (n *Node) Call(ctx context.Context, id ObjectID, method string, payload []b
 
 // callLocal runs a call on this node, the object's home.
 func (n *Node) callLocal(ctx context.Context, id ObjectID, method string, payload []byte) ([]byte, error) {
-	if !n.cluster.leaseValid() {
+	if !n.cluster.LeaseValid() {
 		return nil, fmt.Errorf("%w: this node's lease is not current", ErrUnavailable)
 	}
 	o, err := n.objects.acquire(id)

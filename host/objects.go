@@ -514,7 +514,7 @@ func (h *objectHost) Follow(ctx context.Context, req abi.FollowRequest) error {
 	who := principal{tenant: tenantOf(h.o.id.Program)}
 	pub, err := who.followTarget(req.Publisher)
 	if err != nil {
-		return fmt.Errorf("%w: %v", vm.ErrBadRequest, err)
+		return fmt.Errorf("%w: %v", abi.ErrBadRequest, err)
 	}
 	req.Kind = abi.FollowerObject
 	req.Follower = h.o.id.String()
@@ -526,7 +526,7 @@ func (h *objectHost) Follow(ctx context.Context, req abi.FollowRequest) error {
 func (h *objectHost) Unfollow(ctx context.Context, req abi.FollowRequest) error {
 	pub, err := principal{tenant: tenantOf(h.o.id.Program)}.followTarget(req.Publisher)
 	if err != nil {
-		return fmt.Errorf("%w: %v", vm.ErrBadRequest, err)
+		return fmt.Errorf("%w: %v", abi.ErrBadRequest, err)
 	}
 	_, err = h.o.node.Unfollow(ctx, pub, abi.FollowerObject, h.o.id.String(), req.Topic)
 	return guestFollowErr(err)
@@ -539,9 +539,9 @@ func guestFollowErr(err error) error {
 	case err == nil, errors.As(err, &re):
 		return err
 	case errors.Is(err, ErrBadRequest), errors.Is(err, ErrUnknownProgram), errors.Is(err, ErrUnknownObject):
-		return fmt.Errorf("%w: %v", vm.ErrBadRequest, err)
+		return fmt.Errorf("%w: %v", abi.ErrBadRequest, err)
 	}
-	return fmt.Errorf("%w: %v", vm.ErrUnavailable, err)
+	return fmt.Errorf("%w: %v", abi.ErrUnavailable, err)
 }
 
 func (h *objectHost) Self() string { return h.o.id.String() }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/durable-host/host/host/cluster"
 	"github.com/durable-host/host/vm"
 )
 
@@ -102,7 +103,7 @@ func openPrograms(ctx context.Context, log *slog.Logger, dataDir string, js jets
 	}
 	var kv jetstream.KeyValue
 	var blobs jetstream.ObjectStore
-	err := retryJS(ctx, log, "programs", func(ctx context.Context) error {
+	err := cluster.RetryJS(ctx, log, "programs", func(ctx context.Context) error {
 		var err error
 		kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 			Bucket: programsBucket, Replicas: replicas, Storage: jetstream.FileStorage, History: 1,

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/durable-host/host/host/cluster"
 )
 
 // Tenancy: with Config.Auth every request presents a bearer token. A
@@ -112,7 +114,7 @@ type tenants struct {
 
 func openTenants(ctx context.Context, log *slog.Logger, js jetstream.JetStream, replicas int) (*tenants, error) {
 	var kv jetstream.KeyValue
-	err := retryJS(ctx, log, "tenants", func(ctx context.Context) error {
+	err := cluster.RetryJS(ctx, log, "tenants", func(ctx context.Context) error {
 		var err error
 		kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 			Bucket: tenantsBucket, Replicas: replicas, Storage: jetstream.FileStorage, History: 1,

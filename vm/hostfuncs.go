@@ -121,7 +121,9 @@ func hReply(i *Instance, m api.Module, s []uint64) {
 }
 
 // hostErr maps a Host error to a status, or traps for errors that must end
-// the call (a cancelled context: the budget ran out).
+// the call (a cancelled context: the budget ran out). A Host returns
+// abi.ErrTooLarge, abi.ErrBadRequest or abi.ErrUnavailable (wrapped) to
+// answer with that status rather than fail the call.
 func hostErr(i *Instance, err error) uint64 {
 	if err == nil {
 		return status(abi.StatusOK)
@@ -134,12 +136,12 @@ func hostErr(i *Instance, err error) uint64 {
 	case errors.As(err, &ref):
 		i.result = []byte(ref.Reason)
 		return status(abi.StatusRefused)
-	case errors.Is(err, ErrTooLarge):
+	case errors.Is(err, abi.ErrTooLarge):
 		return status(abi.StatusTooLarge)
-	case errors.Is(err, ErrBadRequest):
+	case errors.Is(err, abi.ErrBadRequest):
 		i.result = []byte(err.Error())
 		return status(abi.StatusBadRequest)
-	case errors.Is(err, ErrUnavailable):
+	case errors.Is(err, abi.ErrUnavailable):
 		i.result = []byte(err.Error())
 		return status(abi.StatusUnavailable)
 	}
@@ -147,13 +149,6 @@ func hostErr(i *Instance, err error) uint64 {
 	panic(err)
 }
 
-// Errors a Host returns to make a host function answer with a status
-// rather than fail the call.
-var (
-	ErrTooLarge    = errors.New("too large")
-	ErrBadRequest  = errors.New("bad request")
-	ErrUnavailable = errors.New("unavailable")
-)
 
 func hStateGet(i *Instance, m api.Module, s []uint64) {
 	h := needHost(i)

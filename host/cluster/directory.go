@@ -1,0 +1,97 @@
+package cluster
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Object names an object in the directory: a program and an id within it.
+type Object struct {
+	Program string
+	ID      string
+}
+
+func (o Object) String() string { return o.Program + "/" + o.ID }
+
+func dirKey(o Object) string {
+	return "o." + o.Program + "." + hex.EncodeToString([]byte(o.ID))
+}
+
+// Home returns the node that is obj's home, claiming it for this node if it
+// has none. An object whose home is one of this data directory's earlier ids
+// is reclaimed (its file is here). An object whose home is another node
+// that is gone is unavailable until replicas can move it.
+func (c *Cluster) Home(ctx context.Context, obj Object) (string, error) {
+	c.mu.Lock()
+	h, ok := c.homes[obj]
+	c.mu.Unlock()
+	if ok && (h == c.self || c.Live(h)) {
+		return h, nil
+	}
+	key := dirKey(obj)
+	for attempt := 0; attempt < 5; attempt++ {
+		e, err := c.dir.Get(ctx, key)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			if _, err := c.dir.Create(ctx, key, []byte(c.self)); err == nil {
+				return c.cache(obj, c.self), nil
+			}
+			continue // someone else claimed it first: read again
+		case err != nil:
+			return "", fmt.Errorf("%w: object directory: %v", ErrUnavailable, err)
+		}
+		holder := string(e.Value())
+		if holder == c.self || c.alive(ctx, holder) {
+			return c.cache(obj, holder), nil
+		}
+		c.mu.Lock()
+		mine := c.previous[holder]
+		c.mu.Unlock()
+		if mine {
+			// Fencing: the compare-and-set fails if anyone moved it meanwhile.
+			if _, err := c.dir.Update(ctx, key, []byte(c.self), e.Revision()); err == nil {
+				return c.cache(obj, c.self), nil
+			}
+			continue
+		}
+		return "", fmt.Errorf("%w: %s lived on node %s, which is gone; it is served again once its replica is taken over", ErrObjectUnavailable, obj, holder)
+	}
+	return "", fmt.Errorf("%w: %s: directory contention", ErrUnavailable, obj)
+}
+
+func (c *Cluster) cache(obj Object, node string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.homes[obj] = node
+	return node
+}
+
+// Forget drops a cached home (a forward found it stale).
+func (c *Cluster) Forget(obj Object) {
+	c.mu.Lock()
+	delete(c.homes, obj)
+	c.mu.Unlock()
+}
+
+// Reclaim takes back, in the directory, every object whose file is in this
+// data directory (Config.LocalObjects) and whose home is one of its earlier
+// ids: after a restart its followers and callers find it here again.
+func (c *Cluster) Reclaim(ctx context.Context) {
+	n := 0
+	for _, obj := range c.cfg.LocalObjects() {
+		if ctx.Err() != nil {
+			return
+		}
+		if h, err := c.Home(ctx, obj); err == nil && h == c.self {
+			n++
+		}
+	}
+	if n > 0 {
+		c.log.Info("objects home here", slog.Int("count", n))
+	}
+}
