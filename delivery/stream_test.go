@@ -491,8 +491,13 @@ func TestS10_CursorAdvancesAfterSendErrorEnds(t *testing.T) {
 	}}
 	s := NewSubscription(testStreamConfig(), l, &loopHints{}, zero(), out.send)
 	_, done := run(t, s)
-	if err := <-done; !errors.Is(err, failed) {
-		t.Fatalf("ended with %v", err)
+	select {
+	case err := <-done:
+		if !errors.Is(err, failed) {
+			t.Fatalf("ended with %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a failed send did not end the subscription")
 	}
 	if s.Cursor() != 3 || !slices.Equal(out.got(), []uint64{1, 2, 3}) {
 		t.Fatalf("cursor %d, sent %v; want 3 and [1 2 3]", s.Cursor(), out.got())
