@@ -2,9 +2,7 @@ package delivery
 
 import (
 	"context"
-	"database/sql"
 	"errors"
-	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -386,31 +384,6 @@ func TestS14_SubscriptionsProgressIndependently(t *testing.T) {
 	waitFor(t, "a's events once unstuck", func() bool { return len(stuck.got()) == 3 })
 	if !slices.Equal(stuck.got(), []uint64{1, 2, 3}) {
 		t.Fatalf("a got %v", stuck.got())
-	}
-}
-
-// A subscription's first read can meet the object's file while its first
-// call is still creating it: no schema yet reads as no events, not as an
-// error that would end the stream.
-func TestStreamReadOfAFileBeingCreated(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "new.db")
-	db, err := sql.Open("sqlite", "file:"+path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Exec(`PRAGMA journal_mode=WAL; CREATE TABLE other (x)`); err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
-	evs, err := ReadAfter(context.Background(), path, "", Filter{}, 0, 10, 1<<20)
-	if err != nil || len(evs) != 0 {
-		t.Fatalf("ReadAfter: %v %v", evs, err)
-	}
-	if _, ok, err := ReadLatest(context.Background(), path, "", Filter{}); err != nil || ok {
-		t.Fatalf("ReadLatest: %v %v", ok, err)
-	}
-	if evs, err := ReadAfter(context.Background(), filepath.Join(t.TempDir(), "none.db"), "", Filter{}, 0, 10, 1<<20); err != nil || evs != nil {
-		t.Fatalf("a file that does not exist: %v %v", evs, err)
 	}
 }
 

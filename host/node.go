@@ -24,6 +24,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/durable-host/host/delivery"
+	"github.com/durable-host/host/store"
 	"github.com/durable-host/host/vm"
 )
 
@@ -37,7 +38,7 @@ type Config struct {
 	// VM configures the engine; its CacheDir defaults to DataDir/cache.
 	VM vm.Config
 	// Sync is SQLite's synchronous setting for object files.
-	Sync delivery.Sync
+	Sync store.Sync
 	// MaxActiveObjects bounds the objects with an open file and an
 	// instance; the least recently used idle one is deactivated past it.
 	MaxActiveObjects int
@@ -87,7 +88,7 @@ func DefaultConfig() Config {
 		DataDir:          DefaultDataDir,
 		Listen:           DefaultListen,
 		VM:               vm.DefaultConfig(),
-		Sync:             delivery.SyncNormal,
+		Sync:             store.SyncNormal,
 		MaxActiveObjects: DefaultMaxActiveObjects,
 		IdleTimeout:      DefaultIdleTimeout,
 		MaxPayload:       DefaultMaxPayload,
@@ -119,7 +120,7 @@ func (c Config) Validate() error {
 	if c.MaxPayload < 1 {
 		errs = append(errs, errors.New("max payload must be positive"))
 	}
-	if c.Sync != delivery.SyncNormal && c.Sync != delivery.SyncFull {
+	if c.Sync != store.SyncNormal && c.Sync != store.SyncFull {
 		errs = append(errs, fmt.Errorf("sync must be NORMAL or FULL, not %q", c.Sync))
 	}
 	if err := c.VM.Validate(); err != nil {
