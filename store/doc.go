@@ -1,8 +1,8 @@
 // Package store is an object's SQLite file, the truth its handlers and
 // readers see: its state, its event log, its edges as a publisher (with
 // their in-memory cache and the connection floor), its receive cursors as
-// a follower, its size cap, and the schema with its upgrade of a file
-// written by an earlier binary.
+// a follower, its size cap, and the schema's version with the steps that
+// upgrade a file written by an earlier binary.
 //
 // A File is the object's own read-write connection, used by one goroutine
 // at a time through a Tx. Every read of a log, in a transaction or from

@@ -49,7 +49,7 @@ type File struct {
 }
 
 // Open opens the object file at path, creating it if needed and upgrading
-// a file written by an earlier version to the current schema.
+// a file written by an earlier version to the current schema (Version).
 func Open(ctx context.Context, path string, sync Sync) (*File, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, err
@@ -85,7 +85,7 @@ func (f *File) init(ctx context.Context) error {
 	if f.conn, err = f.db.Conn(ctx); err != nil {
 		return err
 	}
-	if err := upgrade(ctx, f.conn); err != nil {
+	if err := migrate(ctx, f.conn); err != nil {
 		return err
 	}
 	prep := func(dst **sql.Stmt, q string) {

@@ -6,6 +6,13 @@ import (
 	"testing"
 )
 
+// Each version has its step: Version is raised with a migration.
+func TestMigrationsReachVersion(t *testing.T) {
+	if len(migrations) != Version {
+		t.Fatalf("%d migrations for version %d", len(migrations), Version)
+	}
+}
+
 // The read-only opener cannot write: a stream or a ranged read never
 // changes the file it reads.
 func TestReadOnlyOpenerCannotWrite(t *testing.T) {

@@ -426,29 +426,3 @@ func TestLimit(t *testing.T) {
 		t.Fatal("IsFull matches by code, not text")
 	}
 }
-
-// A file made before edges had an unplaced column opens, gains it, and
-// its edges read as before.
-func TestEdgesSchemaUpgrade(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "old.db")
-	err := writeSQL(path, `CREATE TABLE edges (
-		id INTEGER PRIMARY KEY, kind INTEGER NOT NULL, follower TEXT NOT NULL, node TEXT NOT NULL,
-		topic TEXT NOT NULL, filter TEXT NOT NULL DEFAULT '', cursor INTEGER NOT NULL,
-		attempts INTEGER NOT NULL DEFAULT 0, next_due INTEGER NOT NULL DEFAULT 0, created INTEGER NOT NULL,
-		UNIQUE (kind, follower, topic));
-		INSERT INTO edges (kind, follower, node, topic, cursor, attempts, next_due, created) VALUES (2, 'tally/1', 'A', 't', 7, 2, 99, 1)`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for range 2 { // and again, upgraded
-		f, err := store.Open(context.Background(), path, store.SyncNormal)
-		if err != nil {
-			t.Fatal(err)
-		}
-		es := edges(t, f, false)
-		f.Close()
-		if len(es) != 1 || es[0].Cursor != 7 || es[0].Attempts != 2 || es[0].Unplaced != 0 || es[0].State != store.EdgeRetrying {
-			t.Fatalf("edges %+v", es)
-		}
-	}
-}
