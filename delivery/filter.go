@@ -62,6 +62,16 @@ func MustFilter(s string) Filter {
 	return f
 }
 
+// MatchFunc returns Match, or nil when the filter matches every event: the
+// form a store.Query takes, where nil lets the log read stop at its limit
+// in SQL.
+func (f Filter) MatchFunc() func(payload []byte) bool {
+	if f.All() {
+		return nil
+	}
+	return f.Match
+}
+
 // All reports whether the filter matches every event.
 func (f Filter) All() bool { return !f.bad && len(f.conds) == 0 }
 

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"time"
 
 	"github.com/durable-host/host/abi"
+	"github.com/durable-host/host/store"
 )
 
 // Defaults from seed 000.
@@ -184,6 +186,22 @@ type Range struct {
 	Through uint64 `json:"through"`
 }
 
+// RangeQuery is the log read that materializes a ranged delivery: the
+// events of its topic matching its filter in its range, which the copy
+// read must hold.
+func (d *ObjectDelivery) RangeQuery() store.Query {
+	q := store.Query{Topic: d.Topic, Match: MustFilter(d.Filter).MatchFunc()}
+	if d.Range != nil {
+		q.After, q.Through = d.Range.After, d.Range.Through
+	}
+	if q.Through <= q.After {
+		// No range, or an empty one, reads nothing (Through 0 would read
+		// without an upper bound): no seq is above this.
+		q.After, q.Through = math.MaxInt64, 0
+	}
+	return q
+}
+
 // ObjectResult is the follower's report.
 type ObjectResult struct {
 	// Done is the last seq handled (committed, or skipped as already
@@ -214,7 +232,7 @@ type Membership interface {
 type Publisher interface {
 	ID() string
 	// Between runs f on the publisher's file between its handler calls.
-	Between(ctx context.Context, f func(*Tx) error) error
+	Between(ctx context.Context, f func(*store.Tx) error) error
 	// Go runs f on a goroutine its owner waits for at shutdown, keeping the
 	// publisher available until f returns; ctx ends when the owner stops.
 	// It reports false, and f does not run, when the owner is stopping.
@@ -229,7 +247,7 @@ type Observer interface {
 	ObjectDeliverySent(node string, local bool, events int, ranged bool)
 	Pruned(reason string, edges int)
 	Retried()
-	Dropped(publisher string, e Edge, lastErr string)
+	Dropped(publisher string, e store.Edge, lastErr string)
 }
 
 // Pump delivers publishers' events, between their calls, in two kinds of
@@ -288,18 +306,18 @@ type followerDue struct {
 // work was done (run again) and the next time a follower not running is
 // due (zero if none).
 func (p *Pump) Round(ctx context.Context, pub Publisher) (bool, time.Time, error) {
-	var conns []Edge
+	var conns []store.Edge
 	var events []abi.Event
 	var followers map[string]followerDue
 	now := p.cfg.Clock.Now()
 	var deadConns []string
-	err := pub.Between(ctx, func(tx *Tx) error {
+	err := pub.Between(ctx, func(tx *store.Tx) error {
 		head, err := tx.Head()
 		if err != nil {
 			return err
 		}
 		// A connection whose node is gone is gone too, due or not.
-		all, err := tx.cachedEdges()
+		all, err := tx.CachedEdges()
 		if err != nil {
 			return err
 		}
@@ -320,7 +338,7 @@ func (p *Pump) Round(ctx context.Context, pub Publisher) (bool, time.Time, error
 			p.obs.Pruned("node_gone", pruned)
 			return nil
 		}
-		conns = make([]Edge, 0, len(all))
+		conns = make([]store.Edge, 0, len(all))
 		for _, e := range all {
 			if e.Kind == abi.FollowerConnection {
 				if e.Cursor < head {
@@ -343,7 +361,7 @@ func (p *Pump) Round(ctx context.Context, pub Publisher) (bool, time.Time, error
 		for _, e := range conns {
 			after = min(after, e.Cursor)
 		}
-		events, err = tx.Events(after, p.cfg.BatchEvents, p.cfg.BatchBytes)
+		events, err = tx.Read(store.Query{After: after, Limit: p.cfg.BatchEvents, MaxBytes: p.cfg.BatchBytes})
 		return err
 	})
 	if len(deadConns) > 0 && err == nil {
@@ -399,10 +417,10 @@ func (p *Pump) startLanes(pub Publisher, followers map[string]followerDue, now t
 
 // connectionRound sends the events to every connection edge, one batch per
 // node, and records that they advanced.
-func (p *Pump) connectionRound(ctx context.Context, pub Publisher, due []Edge, events []abi.Event) error {
+func (p *Pump) connectionRound(ctx context.Context, pub Publisher, due []store.Edge, events []abi.Event) error {
 	through := events[len(events)-1].Seq
 	var prunedConns []string
-	groups := map[string][]Edge{}
+	groups := map[string][]store.Edge{}
 	perNode := map[string]int{}
 	dead := make([]bool, len(due))
 	for i, e := range due {
@@ -422,7 +440,7 @@ func (p *Pump) connectionRound(ctx context.Context, pub Publisher, due []Edge, e
 		}
 		g := groups[e.Node]
 		if g == nil {
-			g = make([]Edge, 0, perNode[e.Node])
+			g = make([]store.Edge, 0, perNode[e.Node])
 		}
 		groups[e.Node] = append(g, e)
 	}
@@ -440,7 +458,7 @@ func (p *Pump) connectionRound(ctx context.Context, pub Publisher, due []Edge, e
 		}
 		groups = nil
 	}
-	send := func(node string, edges []Edge) {
+	send := func(node string, edges []store.Edge) {
 		defer wg.Done()
 		gone := p.connections(ctx, node, node == self, edges, events, pub.ID())
 		mu.Lock()
@@ -452,7 +470,7 @@ func (p *Pump) connectionRound(ctx context.Context, pub Publisher, due []Edge, e
 			// Baseline: one send per watcher.
 			for _, e := range g {
 				wg.Add(1)
-				go send(node, []Edge{e})
+				go send(node, []store.Edge{e})
 			}
 			continue
 		}
@@ -461,7 +479,7 @@ func (p *Pump) connectionRound(ctx context.Context, pub Publisher, due []Edge, e
 	}
 	wg.Wait()
 
-	return pub.Between(context.WithoutCancel(ctx), func(tx *Tx) error {
+	return pub.Between(context.WithoutCancel(ctx), func(tx *store.Tx) error {
 		pruned := 0
 		for _, c := range dedupe(prunedConns) {
 			n, err := tx.RemoveFollower(abi.FollowerConnection, c)
@@ -494,7 +512,7 @@ func dedupe(s []string) []string {
 // connections sends one batch to node carrying the events once beside
 // every connection edge there. It returns the connections to prune. Every
 // edge advances (at-most-once: a push that did not land is not retried).
-func (p *Pump) connections(ctx context.Context, node string, local bool, edges []Edge, events []abi.Event, pub string) []string {
+func (p *Pump) connections(ctx context.Context, node string, local bool, edges []store.Edge, events []abi.Event, pub string) []string {
 	after := edges[0].Cursor
 	topics := map[string]bool{}
 	b := &ConnBatch{Publisher: pub, Edges: make([]ConnEdge, 0, len(edges))}
@@ -573,16 +591,16 @@ type edgeOutcome struct {
 // may be due now, and when the follower is next due if it backs off.
 func (p *Pump) laneStep(ctx context.Context, pub Publisher, follower string) (bool, time.Time, error) {
 	now := p.cfg.Clock.Now()
-	var edges []Edge
+	var edges []store.Edge
 	var events []abi.Event
 	var head uint64
 	var next time.Time
-	err := pub.Between(ctx, func(tx *Tx) error {
+	err := pub.Between(ctx, func(tx *store.Tx) error {
 		var err error
 		if head, err = tx.Head(); err != nil {
 			return err
 		}
-		all, err := tx.cachedEdges()
+		all, err := tx.CachedEdges()
 		if err != nil {
 			return err
 		}
@@ -607,7 +625,7 @@ func (p *Pump) laneStep(ctx context.Context, pub Publisher, follower string) (bo
 		for _, e := range edges {
 			after = min(after, e.Cursor)
 		}
-		events, err = tx.Events(after, p.cfg.BatchEvents, p.cfg.BatchBytes)
+		events, err = tx.Read(store.Query{After: after, Limit: p.cfg.BatchEvents, MaxBytes: p.cfg.BatchBytes})
 		return err
 	})
 	if err != nil || len(edges) == 0 || len(events) == 0 {
@@ -707,7 +725,7 @@ func (p *Pump) laneStep(ctx context.Context, pub Publisher, follower string) (bo
 			}
 		}
 	}
-	err = pub.Between(context.WithoutCancel(ctx), func(tx *Tx) error {
+	err = pub.Between(context.WithoutCancel(ctx), func(tx *store.Tx) error {
 		for i, e := range edges {
 			o := out[i]
 			if o.drop {
@@ -741,7 +759,7 @@ func lastOf(segs []segment, k int) bool {
 // delivery, so a follower with one edge (or edges whose events do not
 // interleave) gets one delivery per edge. A segment's through is the seq
 // before its edge's next segment, or the batch's last.
-func (p *Pump) segments(pub string, edges []Edge, events []abi.Event, through uint64) []segment {
+func (p *Pump) segments(pub string, edges []store.Edge, events []abi.Event, through uint64) []segment {
 	filters := make([]Filter, len(edges))
 	for i, e := range edges {
 		filters[i] = MustFilter(e.Filter)
@@ -776,7 +794,7 @@ func (p *Pump) segments(pub string, edges []Edge, events []abi.Event, through ui
 // unplaced records that the follower could not be located: every edge of
 // it backs off, 500 ms doubling up to the last failure's wait, without
 // counting an attempt, so it is never dropped for it (D20).
-func (p *Pump) unplaced(ctx context.Context, pub Publisher, follower string, edges []Edge, now time.Time, cause error) (bool, time.Time, error) {
+func (p *Pump) unplaced(ctx context.Context, pub Publisher, follower string, edges []store.Edge, now time.Time, cause error) (bool, time.Time, error) {
 	streak := 0
 	for _, e := range edges {
 		streak = max(streak, e.Unplaced)
@@ -784,7 +802,7 @@ func (p *Pump) unplaced(ctx context.Context, pub Publisher, follower string, edg
 	streak++
 	next := now.Add(min(p.cfg.Backoff(streak), p.cfg.MaxBackoff()))
 	p.log.Debug("follower not placed", slog.String("publisher", pub.ID()), slog.String("follower", follower), slog.Int("streak", streak), slog.Time("next", next), slog.Any("err", cause))
-	err := pub.Between(context.WithoutCancel(ctx), func(tx *Tx) error {
+	err := pub.Between(context.WithoutCancel(ctx), func(tx *store.Tx) error {
 		for _, e := range edges {
 			if err := tx.AdvanceEdge(e.ID, e.Cursor, e.Attempts, streak, next, ""); err != nil {
 				return err
@@ -793,33 +811,4 @@ func (p *Pump) unplaced(ctx context.Context, pub Publisher, follower string, edg
 		return nil
 	})
 	return false, next, err
-}
-
-// AdvanceEdge records an edge's progress: the cursor only moves forward;
-// attempts and unplaced are its failure and not-located streaks; a
-// non-empty node rehomes the follower.
-func (t *Tx) AdvanceEdge(id int64, cursor uint64, attempts, unplaced int, nextDue time.Time, node string) error {
-	var due int64
-	if !nextDue.IsZero() {
-		due = nextDue.UnixNano()
-	}
-	var nodeArg any
-	if node != "" {
-		nodeArg = node
-	}
-	if _, err := t.f.advance.ExecContext(bg, int64(cursor), attempts, unplaced, due, nodeArg, id); err != nil {
-		return fmt.Errorf("advance edge %d: %w", id, err)
-	}
-	t.patches = append(t.patches, func(es []Edge) {
-		for i := range es {
-			if es[i].ID == id {
-				es[i].Cursor = max(es[i].Cursor, cursor)
-				es[i].Attempts, es[i].Unplaced, es[i].NextDue = attempts, unplaced, due
-				if node != "" {
-					es[i].Node = node
-				}
-			}
-		}
-	})
-	return nil
 }

@@ -2,7 +2,7 @@ package delivery_test
 
 import (
 	"context"
-	"database/sql"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/durable-host/host/abi"
 	"github.com/durable-host/host/delivery"
+	"github.com/durable-host/host/store"
 )
 
 // fakeClock is an injected clock: time moves only when the test says.
@@ -72,7 +73,7 @@ func (c *fakeClock) Advance(d time.Duration) {
 // it counts, so a test can wait for them.
 type pub struct {
 	id string
-	f  *delivery.File
+	f  *store.File
 	mu sync.Mutex
 
 	lanes   sync.WaitGroup
@@ -104,7 +105,7 @@ func (p *pub) Wake(t time.Time) {
 	p.wakes = append(p.wakes, t)
 }
 
-func (p *pub) Between(_ context.Context, fn func(*delivery.Tx) error) error {
+func (p *pub) Between(_ context.Context, fn func(*store.Tx) error) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	tx, err := p.f.Begin()
@@ -120,7 +121,7 @@ func (p *pub) Between(_ context.Context, fn func(*delivery.Tx) error) error {
 
 func newPub(t *testing.T) *pub {
 	t.Helper()
-	f, err := delivery.OpenFile(context.Background(), filepath.Join(t.TempDir(), "pub.db"), delivery.SyncNormal)
+	f, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "pub.db"), store.SyncNormal)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +137,7 @@ func newPub(t *testing.T) *pub {
 
 func (p *pub) publish(t *testing.T, topic string, payloads ...string) {
 	t.Helper()
-	err := p.Between(context.Background(), func(tx *delivery.Tx) error {
+	err := p.Between(context.Background(), func(tx *store.Tx) error {
 		for _, pl := range payloads {
 			if _, err := tx.Append(topic, []byte(pl), time.Now()); err != nil {
 				return err
@@ -149,10 +150,10 @@ func (p *pub) publish(t *testing.T, topic string, payloads ...string) {
 	}
 }
 
-func (p *pub) follow(t *testing.T, kind abi.FollowerKind, follower, node, topic, filter string) delivery.Edge {
+func (p *pub) follow(t *testing.T, kind abi.FollowerKind, follower, node, topic, filter string) store.Edge {
 	t.Helper()
-	var e delivery.Edge
-	err := p.Between(context.Background(), func(tx *delivery.Tx) error {
+	var e store.Edge
+	err := p.Between(context.Background(), func(tx *store.Tx) error {
 		var err error
 		e, err = tx.AddEdge(kind, follower, node, topic, filter, time.Now())
 		return err
@@ -163,10 +164,10 @@ func (p *pub) follow(t *testing.T, kind abi.FollowerKind, follower, node, topic,
 	return e
 }
 
-func (p *pub) edges(t *testing.T) []delivery.Edge {
+func (p *pub) edges(t *testing.T) []store.Edge {
 	t.Helper()
-	var out []delivery.Edge
-	p.Between(context.Background(), func(tx *delivery.Tx) error {
+	var out []store.Edge
+	p.Between(context.Background(), func(tx *store.Tx) error {
 		var err error
 		out, err = tx.Edges()
 		return err
@@ -309,7 +310,7 @@ func (o *nopObs) ConnBatchSent(string, bool, int, int)       {}
 func (o *nopObs) ObjectDeliverySent(string, bool, int, bool) {}
 func (o *nopObs) Pruned(_ string, n int)                     { o.pruned += n }
 func (o *nopObs) Retried()                                   { o.retried++ }
-func (o *nopObs) Dropped(string, delivery.Edge, string)      { o.dropped++ }
+func (o *nopObs) Dropped(string, store.Edge, string)         { o.dropped++ }
 func newPump(net *fakeNet, clock delivery.Clock) (*delivery.Pump, *nopObs) {
 	cfg := delivery.DefaultConfig()
 	if clock != nil {
@@ -516,7 +517,7 @@ func TestD09_ObjectEdgesOneDeliveryEachInlineElseRange(t *testing.T) {
 	var rangeReads int
 	net.ranges = func(d *delivery.ObjectDelivery) []abi.Event {
 		rangeReads++
-		evs, err := delivery.ReadRange(context.Background(), pb.f.Path(), *d.Range, d.Topic, d.Filter)
+		evs, err := store.Read(context.Background(), pb.f.Path(), d.RangeQuery())
 		if err != nil {
 			t.Error(err)
 		}
@@ -643,7 +644,7 @@ func TestD24_OrderPerFollowerAcrossInlineAndRange(t *testing.T) {
 	net := newNet()
 	p, _ := newPump(net, nil)
 	net.ranges = func(d *delivery.ObjectDelivery) []abi.Event {
-		evs, _ := delivery.ReadRange(context.Background(), pb.f.Path(), *d.Range, d.Topic, d.Filter)
+		evs, _ := store.Read(context.Background(), pb.f.Path(), d.RangeQuery())
 		return evs
 	}
 	in := net.conn("A", "A.1", 10000)
@@ -775,7 +776,7 @@ func TestConnectionCursorsMoveTogether(t *testing.T) {
 	// Reopen the file: the cache is rebuilt from the rows and the floor.
 	path := pb.f.Path()
 	pb.f.Close()
-	f, err := delivery.OpenFile(context.Background(), path, delivery.SyncNormal)
+	f, err := store.Open(context.Background(), path, store.SyncNormal)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -956,7 +957,7 @@ func TestD24_OrderAcrossAFollowersEdges(t *testing.T) {
 		if e.NextDue != next.UnixNano() {
 			t.Fatalf("edge on %q due %v, want %v with its sibling", e.Topic, time.Unix(0, e.NextDue), next)
 		}
-		if want := map[string]delivery.EdgeState{"a": delivery.EdgeRetrying, "b": delivery.EdgeHeld, "": delivery.EdgeHeld}[e.Topic]; e.State != want {
+		if want := map[string]store.EdgeState{"a": store.EdgeRetrying, "b": store.EdgeHeld, "": store.EdgeHeld}[e.Topic]; e.State != want {
 			t.Fatalf("edge on %q is %q, want %q", e.Topic, e.State, want)
 		}
 	}
@@ -973,7 +974,7 @@ func TestD24_OrderAcrossAFollowersEdges(t *testing.T) {
 		t.Fatalf("retried %d dropped %d, want 3 and 0", obs.retried, obs.dropped)
 	}
 	for _, e := range pb.edges(t) {
-		if e.Cursor != 6 || e.Attempts != 0 || e.State != delivery.EdgeOK {
+		if e.Cursor != 6 || e.Attempts != 0 || e.State != store.EdgeOK {
 			t.Fatalf("edge %+v after recovery", e)
 		}
 	}
@@ -1001,7 +1002,7 @@ func TestD20_UnplacedFollowerBacksOffAndIsNeverDropped(t *testing.T) {
 			t.Fatal("an unplaced follower must be tried again")
 		}
 		for _, e := range pb.edges(t) {
-			if e.State != delivery.EdgeUnplaced || e.Attempts != 0 || e.NextAttempt == "" {
+			if e.State != store.EdgeUnplaced || e.Attempts != 0 || e.NextAttempt == "" {
 				t.Fatalf("edge %+v: want unplaced, no attempt counted, a next attempt", e)
 			}
 			if at, err := time.Parse(time.RFC3339Nano, e.NextAttempt); err != nil || !at.Equal(next) {
@@ -1033,40 +1034,44 @@ func TestD20_UnplacedFollowerBacksOffAndIsNeverDropped(t *testing.T) {
 		t.Fatalf("follower got %v", got)
 	}
 	for _, e := range pb.edges(t) {
-		if e.Node != "B" || e.State != delivery.EdgeOK || e.Unplaced != 0 || e.Attempts != 0 || e.NextAttempt != "" {
+		if e.Node != "B" || e.State != store.EdgeOK || e.Unplaced != 0 || e.Attempts != 0 || e.NextAttempt != "" {
 			t.Fatalf("edge %+v: want routed to B, ok", e)
 		}
 	}
 }
 
-// A file made before edges had an unplaced column opens, gains it, and
-// its edges read as before.
-func TestEdgesSchemaUpgrade(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "old.db")
-	db, err := sql.Open("sqlite", "file:"+path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = db.Exec(`CREATE TABLE edges (
-		id INTEGER PRIMARY KEY, kind INTEGER NOT NULL, follower TEXT NOT NULL, node TEXT NOT NULL,
-		topic TEXT NOT NULL, filter TEXT NOT NULL DEFAULT '', cursor INTEGER NOT NULL,
-		attempts INTEGER NOT NULL DEFAULT 0, next_due INTEGER NOT NULL DEFAULT 0, created INTEGER NOT NULL,
-		UNIQUE (kind, follower, topic));
-		INSERT INTO edges (kind, follower, node, topic, cursor, attempts, next_due, created) VALUES (2, 'tally/1', 'A', 't', 7, 2, 99, 1)`)
-	db.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for range 2 { // and again, upgraded
-		f, err := delivery.OpenFile(context.Background(), path, delivery.SyncNormal)
-		if err != nil {
-			t.Fatal(err)
+// A ranged delivery is materialized with its topic, its filter and its
+// range, from a copy that holds the range; an empty range reads nothing.
+//
+// conformance: D09
+func TestRangeQueryMaterializesTopicFilterRange(t *testing.T) {
+	pb := newPub(t)
+	pb.publish(t, "t", `{"u":"ann"}`, `{"u":"bob"}`) // 1 2
+	pb.publish(t, "o", `{"u":"ann"}`)                // 3
+	pb.publish(t, "t", `{"u":"ann"}`, `{"u":"ann"}`) // 4 5
+	ctx := context.Background()
+	for _, c := range []struct {
+		d    delivery.ObjectDelivery
+		want []uint64
+	}{
+		{delivery.ObjectDelivery{Topic: "t", Filter: "u=ann", Range: &delivery.Range{After: 0, Through: 4}}, []uint64{1, 4}},
+		{delivery.ObjectDelivery{Topic: "", Filter: "u=ann", Range: &delivery.Range{After: 1, Through: 5}}, []uint64{3, 4, 5}},
+		{delivery.ObjectDelivery{Topic: "t", Range: &delivery.Range{After: 1, Through: 2}}, []uint64{2}},
+		{delivery.ObjectDelivery{Topic: "t", Filter: "bad", Range: &delivery.Range{After: 0, Through: 5}}, nil},
+		{delivery.ObjectDelivery{Topic: "t", Range: &delivery.Range{After: 3, Through: 3}}, nil},
+		{delivery.ObjectDelivery{Topic: "t", Range: &delivery.Range{}}, nil},
+		{delivery.ObjectDelivery{Topic: "t"}, nil},
+	} {
+		evs, err := store.Read(ctx, pb.f.Path(), c.d.RangeQuery())
+		var got []uint64
+		for _, e := range evs {
+			got = append(got, e.Seq)
 		}
-		pb := &pub{id: "p/1", f: f}
-		es := pb.edges(t)
-		f.Close()
-		if len(es) != 1 || es[0].Cursor != 7 || es[0].Attempts != 2 || es[0].Unplaced != 0 || es[0].State != delivery.EdgeRetrying {
-			t.Fatalf("edges %+v", es)
+		if err != nil || !slices.Equal(got, c.want) {
+			t.Errorf("%+v: %v %v, want %v", c.d, got, err, c.want)
 		}
+	}
+	if _, err := store.Read(ctx, pb.f.Path(), (&delivery.ObjectDelivery{Range: &delivery.Range{After: 4, Through: 6}}).RangeQuery()); !errors.Is(err, store.ErrNoLog) {
+		t.Fatalf("a range past this copy's log: %v, want ErrNoLog", err)
 	}
 }

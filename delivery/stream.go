@@ -2,11 +2,8 @@ package delivery
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
-	"os"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -250,104 +247,4 @@ func (s *Subscription) drain(ctx context.Context) (err error) {
 			return nil
 		}
 	}
-}
-
-// ReadAfter reads the events matching topic ("" for all) and f with seq >
-// after from the publisher's file at path, through a read-only connection
-// of its own (it sees committed transactions only); a file that does not
-// exist has none.
-func ReadAfter(ctx context.Context, path, topic string, f Filter, after uint64, limit, maxBytes int) ([]abi.Event, error) {
-	db, err := openReadOnly(path)
-	if err != nil || db == nil {
-		return nil, err
-	}
-	defer db.Close()
-	q := `SELECT seq, topic, payload, time FROM log WHERE seq > ?`
-	args := []any{int64(after)}
-	if topic != "" {
-		q += ` AND topic = ?`
-		args = append(args, topic)
-	}
-	q += ` ORDER BY seq`
-	if f.All() {
-		q += ` LIMIT ?`
-		args = append(args, limit)
-	}
-	rows, err := db.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, noLogYet(err)
-	}
-	defer rows.Close()
-	var out []abi.Event
-	size := 0
-	for len(out) < limit && size < maxBytes && rows.Next() {
-		var e abi.Event
-		var seq int64
-		if err := rows.Scan(&seq, &e.Topic, &e.Payload, &e.Time); err != nil {
-			return nil, err
-		}
-		if !f.Match(e.Payload) {
-			continue
-		}
-		e.Seq = uint64(seq)
-		size += len(e.Payload)
-		out = append(out, e)
-	}
-	return out, rows.Err()
-}
-
-// ReadLatest reads the latest event matching topic and f from the file at
-// path.
-func ReadLatest(ctx context.Context, path, topic string, f Filter) (abi.Event, bool, error) {
-	db, err := openReadOnly(path)
-	if err != nil || db == nil {
-		return abi.Event{}, false, err
-	}
-	defer db.Close()
-	q := `SELECT seq, topic, payload, time FROM log`
-	var args []any
-	if topic != "" {
-		q += ` WHERE topic = ?`
-		args = append(args, topic)
-	}
-	rows, err := db.QueryContext(ctx, q+` ORDER BY seq DESC`, args...)
-	if err != nil {
-		return abi.Event{}, false, noLogYet(err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var e abi.Event
-		var seq int64
-		if err := rows.Scan(&seq, &e.Topic, &e.Payload, &e.Time); err != nil {
-			return abi.Event{}, false, err
-		}
-		if f.Match(e.Payload) {
-			e.Seq = uint64(seq)
-			return e, true, nil
-		}
-	}
-	return abi.Event{}, false, rows.Err()
-}
-
-// noLogYet maps the error of reading a file whose schema is not there yet
-// (the object's first call is creating it) to no error: it has no events.
-func noLogYet(err error) error {
-	if err != nil && strings.Contains(err.Error(), "no such table") {
-		return nil
-	}
-	return err
-}
-
-// openReadOnly opens the file at path read-only; nil when it does not
-// exist.
-func openReadOnly(path string) (*sql.DB, error) {
-	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro&_pragma=busy_timeout(10000)")
-	if err != nil {
-		return nil, err
-	}
-	db.SetMaxOpenConns(1)
-	return db, nil
 }

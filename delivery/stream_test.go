@@ -2,7 +2,6 @@ package delivery
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/durable-host/host/abi"
+	"github.com/durable-host/host/store"
 )
 
 // memLog is a StreamReader over a slice, with the operations it saw. Like
@@ -405,12 +405,12 @@ func TestS08_BatchesBoundedByBytes(t *testing.T) {
 	}
 }
 
-// S08 at the storage reader: ReadAfter returns at most limit events and
-// stops once maxBytes of payload are in, with or without a filter.
+// S08 at the storage reader: a stream's read returns at most limit events
+// and stops once maxBytes of payload are in, with or without a filter.
 func TestS08_StorageReadIsBounded(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "pub.db")
-	f, err := OpenFile(ctx, path, "")
+	f, err := store.Open(ctx, path, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -447,7 +447,7 @@ func TestS08_StorageReadIsBounded(t *testing.T) {
 		{"filtered by count", some, 4, 1 << 20, 4},
 		{"filtered by bytes", some, 100, 1000, 4},
 	} {
-		evs, err := ReadAfter(ctx, path, "t", c.f, 3, c.limit, c.maxBytes)
+		evs, err := store.Read(ctx, path, store.Query{After: 3, Topic: "t", Match: c.f.MatchFunc(), Limit: c.limit, MaxBytes: c.maxBytes})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -535,31 +535,6 @@ func TestS14_SubscriptionsProgressIndependently(t *testing.T) {
 	waitFor(t, "a's events once unstuck", func() bool { return len(stuck.got()) == 3 })
 	if !slices.Equal(stuck.got(), []uint64{1, 2, 3}) {
 		t.Fatalf("a got %v", stuck.got())
-	}
-}
-
-// A subscription's first read can meet the object's file while its first
-// call is still creating it: no schema yet reads as no events, not as an
-// error that would end the stream.
-func TestStreamReadOfAFileBeingCreated(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "new.db")
-	db, err := sql.Open("sqlite", "file:"+path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Exec(`PRAGMA journal_mode=WAL; CREATE TABLE other (x)`); err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
-	evs, err := ReadAfter(context.Background(), path, "", Filter{}, 0, 10, 1<<20)
-	if err != nil || len(evs) != 0 {
-		t.Fatalf("ReadAfter: %v %v", evs, err)
-	}
-	if _, ok, err := ReadLatest(context.Background(), path, "", Filter{}); err != nil || ok {
-		t.Fatalf("ReadLatest: %v %v", ok, err)
-	}
-	if evs, err := ReadAfter(context.Background(), filepath.Join(t.TempDir(), "none.db"), "", Filter{}, 0, 10, 1<<20); err != nil || evs != nil {
-		t.Fatalf("a file that does not exist: %v %v", evs, err)
 	}
 }
 

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/durable-host/host/delivery"
 	"github.com/durable-host/host/host"
+	"github.com/durable-host/host/store"
 )
 
 // benchNode is a node with the counter uploaded and counter/b warm.
@@ -54,7 +54,7 @@ func BenchmarkSQLiteTx(b *testing.B) {
 		append bool
 	}{{"put", false}, {"put+append", true}} {
 		b.Run(c.name, func(b *testing.B) {
-			f, err := delivery.OpenFile(context.Background(), filepath.Join(b.TempDir(), "o.db"), host.DefaultConfig().Sync)
+			f, err := store.Open(context.Background(), filepath.Join(b.TempDir(), "o.db"), host.DefaultConfig().Sync)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/durable-host/host/abi"
 	"github.com/durable-host/host/delivery"
+	"github.com/durable-host/host/store"
 	"github.com/durable-host/host/vm"
 )
 
@@ -146,7 +147,7 @@ func (p publisher) Go(f func(context.Context)) bool {
 // Wake schedules a round of the publisher at t.
 func (p publisher) Wake(t time.Time) { p.o.node.scheduleRetry(p.o.id, t) }
 
-func (p publisher) Between(ctx context.Context, f func(*delivery.Tx) error) error {
+func (p publisher) Between(ctx context.Context, f func(*store.Tx) error) error {
 	o := p.o
 	if err := o.lock(ctx); err != nil {
 		return err
@@ -247,8 +248,8 @@ func (o *object) receiveOne(ctx context.Context, topic string, ev *abi.Event) er
 // copy of the publisher's file, else the publisher's home. (Shipped
 // replicas come with the replica package.)
 func (n *Node) materialize(ctx context.Context, pub ObjectID, d *delivery.ObjectDelivery) ([]abi.Event, error) {
-	evs, err := delivery.ReadRange(ctx, n.objectPath(pub), *d.Range, d.Topic, d.Filter)
-	if errors.Is(err, delivery.ErrNoLog) {
+	evs, err := store.Read(ctx, n.objectPath(pub), d.RangeQuery())
+	if errors.Is(err, store.ErrNoLog) {
 		evs, err = n.materializeRemote(ctx, pub, d)
 	}
 	if err != nil {
@@ -265,24 +266,24 @@ func (n *Node) materialize(ctx context.Context, pub ObjectID, d *delivery.Object
 // publisher's follow hook runs (once, now, never during delivery) on the
 // publisher's home, and on approval an edge is recorded at the log's head,
 // naming this node as the follower's.
-func (n *Node) Follow(ctx context.Context, publisherID ObjectID, req abi.FollowRequest) (delivery.Edge, error) {
+func (n *Node) Follow(ctx context.Context, publisherID ObjectID, req abi.FollowRequest) (store.Edge, error) {
 	if err := publisherID.Validate(); err != nil {
-		return delivery.Edge{}, err
+		return store.Edge{}, err
 	}
 	if len(req.Topic) > abi.MaxTopicLen {
-		return delivery.Edge{}, fmt.Errorf("%w: topic longer than %d bytes", ErrBadRequest, abi.MaxTopicLen)
+		return store.Edge{}, fmt.Errorf("%w: topic longer than %d bytes", ErrBadRequest, abi.MaxTopicLen)
 	}
 	if _, err := delivery.ParseFilter(req.Filter); err != nil {
-		return delivery.Edge{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
+		return store.Edge{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
 	if req.Kind == abi.FollowerObject && req.Follower == publisherID.String() {
-		return delivery.Edge{}, fmt.Errorf("%w: an object cannot follow itself", ErrBadRequest)
+		return store.Edge{}, fmt.Errorf("%w: an object cannot follow itself", ErrBadRequest)
 	}
 	if _, err := n.programs.latest(ctx, publisherID.Program); err != nil {
-		return delivery.Edge{}, err
+		return store.Edge{}, err
 	}
 	req.Publisher = publisherID.String()
-	var e delivery.Edge
+	var e store.Edge
 	err := n.onHome(ctx, publisherID, func() error {
 		var err error
 		e, err = n.followLocal(ctx, publisherID, req, n.id)
@@ -306,16 +307,16 @@ func (n *Node) Follow(ctx context.Context, publisherID ObjectID, req abi.FollowR
 }
 
 // followLocal runs the follow on the publisher's home.
-func (n *Node) followLocal(ctx context.Context, publisherID ObjectID, req abi.FollowRequest, followerNode string) (delivery.Edge, error) {
+func (n *Node) followLocal(ctx context.Context, publisherID ObjectID, req abi.FollowRequest, followerNode string) (store.Edge, error) {
 	o, err := n.objects.acquire(publisherID)
 	if err != nil {
-		return delivery.Edge{}, err
+		return store.Edge{}, err
 	}
 	defer n.objects.release(o)
 	// A cold publisher compiles its module first, outside its lock, so a
 	// herd of follows waits for one compile, not for each other's turn.
 	if err := n.programs.warm(ctx, publisherID.Program); err != nil {
-		return delivery.Edge{}, err
+		return store.Edge{}, err
 	}
 	// A follow from inside a handler holds the follower's lock: it waits
 	// only briefly, so two objects following each other cannot deadlock.
@@ -328,10 +329,10 @@ func (n *Node) followLocal(ctx context.Context, publisherID ObjectID, req abi.Fo
 	lctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	if err := o.lock(lctx); err != nil {
-		return delivery.Edge{}, fmt.Errorf("%w: publisher %s is busy: %v", ErrUnavailable, publisherID, err)
+		return store.Edge{}, fmt.Errorf("%w: publisher %s is busy: %v", ErrUnavailable, publisherID, err)
 	}
 	defer o.unlock()
-	var e delivery.Edge
+	var e store.Edge
 	err = o.handle(ctx, func(h *objectHost) error {
 		// Across tenants only a follow hook can admit: a program without
 		// one keeps its events to its own tenant.
@@ -347,7 +348,7 @@ func (n *Node) followLocal(ctx context.Context, publisherID ObjectID, req abi.Fo
 		return err
 	})
 	if err != nil {
-		return delivery.Edge{}, err
+		return store.Edge{}, err
 	}
 	n.notePublisher(ctx, publisherID)
 	return e, nil
@@ -375,7 +376,7 @@ func (n *Node) Unfollow(ctx context.Context, publisherID ObjectID, kind abi.Foll
 
 func (n *Node) unfollowLocal(ctx context.Context, publisherID ObjectID, kind abi.FollowerKind, follower, topic string) (bool, error) {
 	var removed bool
-	err := n.between(ctx, publisherID, func(tx *delivery.Tx) error {
+	err := n.between(ctx, publisherID, func(tx *store.Tx) error {
 		var err error
 		removed, err = tx.RemoveEdge(kind, follower, topic)
 		return err
@@ -408,7 +409,7 @@ func (n *Node) RemoveEdge(ctx context.Context, publisherID ObjectID, id int64) (
 
 func (n *Node) removeEdgeLocal(ctx context.Context, publisherID ObjectID, id int64) (bool, error) {
 	var removed bool
-	err := n.between(ctx, publisherID, func(tx *delivery.Tx) error {
+	err := n.between(ctx, publisherID, func(tx *store.Tx) error {
 		var err error
 		removed, err = tx.RemoveEdgeID(id)
 		return err
@@ -420,14 +421,14 @@ func (n *Node) removeEdgeLocal(ctx context.Context, publisherID ObjectID, id int
 }
 
 // Edges lists a publisher's edges.
-func (n *Node) Edges(ctx context.Context, publisherID ObjectID) ([]delivery.Edge, error) {
+func (n *Node) Edges(ctx context.Context, publisherID ObjectID) ([]store.Edge, error) {
 	if err := publisherID.Validate(); err != nil {
 		return nil, err
 	}
 	if _, err := n.programs.latest(ctx, publisherID.Program); err != nil {
 		return nil, err
 	}
-	var edges []delivery.Edge
+	var edges []store.Edge
 	err := n.onHome(ctx, publisherID, func() error {
 		var err error
 		edges, err = n.edgesLocal(ctx, publisherID)
@@ -442,14 +443,14 @@ func (n *Node) Edges(ctx context.Context, publisherID ObjectID) ([]delivery.Edge
 		return err
 	})
 	if edges == nil {
-		edges = []delivery.Edge{}
+		edges = []store.Edge{}
 	}
 	return edges, err
 }
 
-func (n *Node) edgesLocal(ctx context.Context, publisherID ObjectID) ([]delivery.Edge, error) {
-	var edges []delivery.Edge
-	err := n.between(ctx, publisherID, func(tx *delivery.Tx) error {
+func (n *Node) edgesLocal(ctx context.Context, publisherID ObjectID) ([]store.Edge, error) {
+	var edges []store.Edge
+	err := n.between(ctx, publisherID, func(tx *store.Tx) error {
 		var err error
 		edges, err = tx.Edges()
 		return err
@@ -476,7 +477,7 @@ func (n *Node) pruneConnection(ctx context.Context, publisherID ObjectID, conn s
 }
 
 func (n *Node) pruneLocal(ctx context.Context, publisherID ObjectID, conn string) {
-	err := n.between(ctx, publisherID, func(tx *delivery.Tx) error {
+	err := n.between(ctx, publisherID, func(tx *store.Tx) error {
 		k, err := tx.RemoveFollower(abi.FollowerConnection, conn)
 		if k > 0 {
 			n.metrics.pruned.WithLabelValues("socket_gone").Add(float64(k))
@@ -489,7 +490,7 @@ func (n *Node) pruneLocal(ctx context.Context, publisherID ObjectID, conn string
 }
 
 // between runs f on an existing object's file between its calls.
-func (n *Node) between(ctx context.Context, id ObjectID, f func(*delivery.Tx) error) error {
+func (n *Node) between(ctx context.Context, id ObjectID, f func(*store.Tx) error) error {
 	if err := id.Validate(); err != nil {
 		return err
 	}

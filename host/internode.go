@@ -14,6 +14,7 @@ import (
 	"github.com/durable-host/host/abi"
 	"github.com/durable-host/host/delivery"
 	"github.com/durable-host/host/host/cluster"
+	"github.com/durable-host/host/store"
 )
 
 // Inter-node calls are NATS request/reply on per-node subjects:
@@ -324,7 +325,7 @@ func (n *Node) rpcRange(m *nats.Msg) (*nats.Msg, error) {
 	if err != nil {
 		return nil, err
 	}
-	evs, err := delivery.ReadRange(context.Background(), n.objectPath(pub), *d.Range, d.Topic, d.Filter)
+	evs, err := store.Read(context.Background(), n.objectPath(pub), d.RangeQuery())
 	if err != nil {
 		return nil, err
 	}
@@ -370,7 +371,7 @@ func (n *Node) materializeRemote(ctx context.Context, pub ObjectID, d *delivery.
 		return nil, err
 	}
 	if h == n.id {
-		return nil, fmt.Errorf("%w: no local copy of %s", delivery.ErrNoLog, pub)
+		return nil, fmt.Errorf("%w: no local copy of %s", store.ErrNoLog, pub)
 	}
 	q := *d
 	q.Events = nil

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/durable-host/host/delivery"
+	"github.com/durable-host/host/store"
 )
 
 // metrics are the node's Prometheus metrics, on their own registry so tests
@@ -132,7 +133,7 @@ func (m *metrics) Pruned(reason string, edges int) {
 
 func (m *metrics) Retried() { m.retries.Inc() }
 
-func (m *metrics) Dropped(publisher string, e delivery.Edge, lastErr string) {
+func (m *metrics) Dropped(publisher string, e store.Edge, lastErr string) {
 	m.dropped.Inc()
 	m.log.Warn("edge dropped after its last failed attempt",
 		slog.String("publisher", publisher), slog.String("follower", e.Follower),

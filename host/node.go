@@ -26,6 +26,7 @@ import (
 	"github.com/durable-host/host/abi"
 	"github.com/durable-host/host/delivery"
 	"github.com/durable-host/host/host/cluster"
+	"github.com/durable-host/host/store"
 	"github.com/durable-host/host/vm"
 )
 
@@ -39,7 +40,7 @@ type Config struct {
 	// VM configures the engine; its CacheDir defaults to DataDir/cache.
 	VM vm.Config
 	// Sync is SQLite's synchronous setting for object files.
-	Sync delivery.Sync
+	Sync store.Sync
 	// MaxActiveObjects bounds the objects with an open file and an
 	// instance; the least recently used idle one is deactivated past it.
 	MaxActiveObjects int
@@ -89,7 +90,7 @@ func DefaultConfig() Config {
 		DataDir:          DefaultDataDir,
 		Listen:           DefaultListen,
 		VM:               vm.DefaultConfig(),
-		Sync:             delivery.SyncNormal,
+		Sync:             store.SyncNormal,
 		MaxActiveObjects: DefaultMaxActiveObjects,
 		IdleTimeout:      DefaultIdleTimeout,
 		MaxPayload:       DefaultMaxPayload,
@@ -121,7 +122,7 @@ func (c Config) Validate() error {
 	if c.MaxPayload < 1 {
 		errs = append(errs, errors.New("max payload must be positive"))
 	}
-	if c.Sync != delivery.SyncNormal && c.Sync != delivery.SyncFull {
+	if c.Sync != store.SyncNormal && c.Sync != store.SyncFull {
 		errs = append(errs, fmt.Errorf("sync must be NORMAL or FULL, not %q", c.Sync))
 	}
 	if err := c.VM.Validate(); err != nil {

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/durable-host/host/abi"
-	"github.com/durable-host/host/delivery"
+	"github.com/durable-host/host/store"
 	"github.com/durable-host/host/vm"
 )
 
@@ -53,7 +53,7 @@ type object struct {
 	// one handler (or the pump) at a time. Everything below is guarded by
 	// it.
 	sem     chan struct{}
-	file    *delivery.File
+	file    *store.File
 	prog    Program
 	module  *vm.Module
 	inst    *vm.Instance
@@ -277,7 +277,7 @@ func (o *object) fileOpener() (func(context.Context) error, error) {
 		}
 	}
 	return func(ctx context.Context) error {
-		f, err := delivery.OpenFile(ctx, path, o.node.cfg.Sync)
+		f, err := store.Open(ctx, path, o.node.cfg.Sync)
 		if err != nil {
 			if created {
 				tu.objects.Add(-1)
@@ -406,13 +406,13 @@ func (o *object) handle(ctx context.Context, run func(h *objectHost) error) erro
 	}
 	if err != nil {
 		tx.Rollback()
-		if delivery.IsFull(err) {
+		if store.IsFull(err) {
 			return o.storageFull(tu)
 		}
 		return err
 	}
 	if err := tx.Commit(); err != nil {
-		if delivery.IsFull(err) {
+		if store.IsFull(err) {
 			return o.storageFull(tu)
 		}
 		return err
@@ -454,7 +454,7 @@ func (n *Node) objectPath(id ObjectID) string {
 // objectHost is the vm.Host of one handler call: the object's transaction.
 type objectHost struct {
 	o   *object
-	tx  *delivery.Tx
+	tx  *store.Tx
 	err error // a failure the guest cannot see (storage), fails the call
 
 	published, publishedBytes int64

@@ -16,6 +16,7 @@ import (
 
 	"github.com/durable-host/host/abi"
 	"github.com/durable-host/host/delivery"
+	"github.com/durable-host/host/store"
 )
 
 // Streams (seed 003): GET /v1/objects/{program}/{id}/stream?topic=&after=&filter=
@@ -75,16 +76,8 @@ type streamQuery struct {
 
 // readLocal answers q from this node's copy of obj's file.
 func (n *Node) readLocal(ctx context.Context, obj ObjectID, q streamQuery) ([]abi.Event, error) {
-	f := delivery.MustFilter(q.Filter)
-	path := n.objectPath(obj)
-	if q.Latest {
-		e, ok, err := delivery.ReadLatest(ctx, path, q.Topic, f)
-		if err != nil || !ok {
-			return nil, err
-		}
-		return []abi.Event{e}, nil
-	}
-	return delivery.ReadAfter(ctx, path, q.Topic, f, q.After, q.Limit, q.MaxBytes)
+	return store.Read(ctx, n.objectPath(obj), store.Query{After: q.After, Topic: q.Topic,
+		Match: delivery.MustFilter(q.Filter).MatchFunc(), Limit: q.Limit, MaxBytes: q.MaxBytes, Latest: q.Latest})
 }
 
 // readStream answers q on obj's home.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/durable-host/host/delivery"
 	"github.com/durable-host/host/host"
+	"github.com/durable-host/host/store"
 )
 
 // sseReader reads a stream's server-sent events over real HTTP and keeps
@@ -101,7 +102,7 @@ func measureLive(b *testing.B, post func(), arrive func() time.Time) {
 //     forward-envelope path, the baseline in the same run).
 //   - catchup/sse: open a stream at after=0 over 10,000 stored events and
 //     read to the last; catchup/read: the same reads straight from the
-//     object's file (delivery.ReadAfter in batches of the stream's size),
+//     object's file (store.Read in batches of the stream's size),
 //     the baseline without HTTP.
 func BenchmarkStream(b *testing.B) {
 	n, c := fbNode(b, "chat")
@@ -192,7 +193,7 @@ func BenchmarkStream(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			var after uint64
 			for after < stored {
-				evs, err := delivery.ReadAfter(ctx, path, "", delivery.Filter{}, after, cfg.Batch, cfg.BatchBytes)
+				evs, err := store.Read(ctx, path, store.Query{After: after, Limit: cfg.Batch, MaxBytes: cfg.BatchBytes})
 				if err != nil {
 					b.Fatal(err)
 				}

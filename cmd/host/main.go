@@ -15,6 +15,7 @@ import (
 
 	"github.com/durable-host/host/delivery"
 	"github.com/durable-host/host/host"
+	"github.com/durable-host/host/store"
 )
 
 func main() { os.Exit(run(os.Args, os.Stdin, os.Stdout, os.Stderr)) }
@@ -129,7 +130,7 @@ func nodeConfig(c *cli.Context, stderr io.Writer) (host.Config, error) {
 	cfg.Streams.Idle = c.Duration("stream-idle")
 	cfg.MaxActiveObjects = c.Int("max-active-objects")
 	cfg.IdleTimeout = c.Duration("idle-timeout")
-	cfg.Sync = delivery.Sync(strings.ToUpper(c.String("sync")))
+	cfg.Sync = store.Sync(strings.ToUpper(c.String("sync")))
 	cfg.LeaseTTL = c.Duration("lease-ttl")
 	cfg.Heartbeat = c.Duration("heartbeat")
 	cfg.KVReplicas = c.Int("kv-replicas")

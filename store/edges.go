@@ -1,9 +1,6 @@
-package delivery
+package store
 
 import (
-	"context"
-	"database/sql"
-	"errors"
 	"fmt"
 	"time"
 
@@ -175,8 +172,11 @@ func (t *Tx) Edges() ([]Edge, error) {
 // deliver to costs no pump round.
 func (f *File) MayHaveEdges() bool { return f.edges == nil || len(f.edges) > 0 }
 
-// cachedEdges returns the file's edges, loading them once.
-func (t *Tx) cachedEdges() ([]Edge, error) {
+// CachedEdges returns the file's edges as Edges does, loading them once
+// and then from memory: the pump reads them every round. Commits keep the
+// cache current and rollbacks drop it. The slice is the cache itself: read
+// it, do not change it.
+func (t *Tx) CachedEdges() ([]Edge, error) {
 	if t.f.edges != nil {
 		return t.f.edges, nil
 	}
@@ -190,57 +190,6 @@ func (t *Tx) cachedEdges() ([]Edge, error) {
 	t.f.edges = all
 	return all, nil
 }
-
-// Events returns up to limit events after seq in order, stopping once
-// maxBytes of payload are collected (at least one event is returned).
-func (t *Tx) Events(after uint64, limit, maxBytes int) ([]abi.Event, error) {
-	return readEvents(t.f.conn, after, 0, "", limit, maxBytes)
-}
-
-type queryer interface {
-	QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error)
-}
-
-// readEvents reads events with seq in (after, upTo] (upTo 0 = no bound),
-// of topic when topic is not empty.
-func readEvents(q queryer, after, upTo uint64, topic string, limit, maxBytes int) ([]abi.Event, error) {
-	query := `SELECT seq, topic, payload, time FROM log WHERE seq > ?`
-	args := []any{int64(after)}
-	if upTo > 0 {
-		query += ` AND seq <= ?`
-		args = append(args, int64(upTo))
-	}
-	if topic != "" {
-		query += ` AND topic = ?`
-		args = append(args, topic)
-	}
-	query += ` ORDER BY seq LIMIT ?`
-	args = append(args, limit)
-	rows, err := q.QueryContext(bg, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []abi.Event
-	size := 0
-	for rows.Next() {
-		var e abi.Event
-		var seq int64
-		if err := rows.Scan(&seq, &e.Topic, &e.Payload, &e.Time); err != nil {
-			return nil, err
-		}
-		e.Seq = uint64(seq)
-		size += len(e.Payload)
-		out = append(out, e)
-		if size >= maxBytes {
-			break
-		}
-	}
-	return out, rows.Err()
-}
-
-// ErrNoLog is returned when a range is asked of a file that lacks it.
-var ErrNoLog = errors.New("events not in this copy of the log")
 
 // AdvanceConnections records that every connection edge has done at least
 // seq, in one row however many connections there are. A round owes every
@@ -284,5 +233,34 @@ func (t *Tx) withFloor(es []Edge) error {
 			es[i].Cursor = max(es[i].Cursor, floor)
 		}
 	}
+	return nil
+}
+
+// AdvanceEdge records an edge's progress: the cursor only moves forward;
+// attempts and unplaced are its failure and not-located streaks; a
+// non-empty node rehomes the follower.
+func (t *Tx) AdvanceEdge(id int64, cursor uint64, attempts, unplaced int, nextDue time.Time, node string) error {
+	var due int64
+	if !nextDue.IsZero() {
+		due = nextDue.UnixNano()
+	}
+	var nodeArg any
+	if node != "" {
+		nodeArg = node
+	}
+	if _, err := t.f.advance.ExecContext(bg, int64(cursor), attempts, unplaced, due, nodeArg, id); err != nil {
+		return fmt.Errorf("advance edge %d: %w", id, err)
+	}
+	t.patches = append(t.patches, func(es []Edge) {
+		for i := range es {
+			if es[i].ID == id {
+				es[i].Cursor = max(es[i].Cursor, cursor)
+				es[i].Attempts, es[i].Unplaced, es[i].NextDue = attempts, unplaced, due
+				if node != "" {
+					es[i].Node = node
+				}
+			}
+		}
+	})
 	return nil
 }

@@ -1,4 +1,4 @@
-package delivery
+package store
 
 import (
 	"bytes"
@@ -29,44 +29,6 @@ const (
 	SyncFull   Sync = "FULL"
 )
 
-const schema = `
-CREATE TABLE IF NOT EXISTS state (
-	key   BLOB PRIMARY KEY,
-	value BLOB NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS log (
-	seq     INTEGER PRIMARY KEY,
-	topic   TEXT NOT NULL,
-	payload BLOB NOT NULL,
-	time    INTEGER NOT NULL
-);
-CREATE INDEX IF NOT EXISTS log_topic ON log(topic, seq);
-CREATE TABLE IF NOT EXISTS edges (
-	id       INTEGER PRIMARY KEY,
-	kind     INTEGER NOT NULL,
-	follower TEXT NOT NULL,
-	node     TEXT NOT NULL,
-	topic    TEXT NOT NULL,
-	filter   TEXT NOT NULL DEFAULT '',
-	cursor   INTEGER NOT NULL,
-	attempts INTEGER NOT NULL DEFAULT 0,
-	unplaced INTEGER NOT NULL DEFAULT 0,
-	next_due INTEGER NOT NULL DEFAULT 0,
-	created  INTEGER NOT NULL,
-	UNIQUE (kind, follower, topic)
-);
-CREATE TABLE IF NOT EXISTS conn_floor (
-	one    INTEGER PRIMARY KEY CHECK (one = 1),
-	cursor INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS cursors (
-	publisher TEXT NOT NULL,
-	topic     TEXT NOT NULL,
-	seq       INTEGER NOT NULL,
-	PRIMARY KEY (publisher, topic)
-) WITHOUT ROWID;
-`
-
 // File is one object's SQLite file: its state, its event log, its edges (as
 // a publisher) and its receive cursors (as a follower). It is used by one
 // goroutine at a time: the object's single handler, or its pump between
@@ -86,8 +48,9 @@ type File struct {
 	edges []Edge
 }
 
-// OpenFile opens (creating if needed) the object file at path.
-func OpenFile(ctx context.Context, path string, sync Sync) (*File, error) {
+// Open opens the object file at path, creating it if needed and upgrading
+// a file written by an earlier version to the current schema (Version).
+func Open(ctx context.Context, path string, sync Sync) (*File, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, err
 	}
@@ -97,18 +60,24 @@ func OpenFile(ctx context.Context, path string, sync Sync) (*File, error) {
 	q := url.Values{}
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "synchronous("+string(sync)+")")
-	q.Add("_pragma", "busy_timeout(10000)")
-	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	db, err := sql.Open("sqlite", dsn(path, q))
 	if err != nil {
 		return nil, err
 	}
 	db.SetMaxOpenConns(1)
 	f := &File{path: path, db: db}
 	if err := f.init(ctx); err != nil {
-		db.Close()
+		f.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	return f, nil
+}
+
+// dsn names the file at path for the driver, with q's parameters; every
+// connection waits up to 10 s for another's write lock.
+func dsn(path string, q url.Values) string {
+	q.Add("_pragma", "busy_timeout(10000)")
+	return "file:" + path + "?" + q.Encode()
 }
 
 func (f *File) init(ctx context.Context) error {
@@ -116,10 +85,7 @@ func (f *File) init(ctx context.Context) error {
 	if f.conn, err = f.db.Conn(ctx); err != nil {
 		return err
 	}
-	if _, err := f.conn.ExecContext(ctx, schema); err != nil {
-		return err
-	}
-	if err := f.upgrade(ctx); err != nil {
+	if err := migrate(ctx, f.conn); err != nil {
 		return err
 	}
 	prep := func(dst **sql.Stmt, q string) {
@@ -139,23 +105,6 @@ func (f *File) init(ctx context.Context) error {
 	prep(&f.floorGet, `SELECT COALESCE((SELECT cursor FROM conn_floor WHERE one = 1), 0)`)
 	prep(&f.floorPut, `INSERT INTO conn_floor (one, cursor) VALUES (1, ?) ON CONFLICT (one) DO UPDATE SET cursor = MAX(cursor, excluded.cursor)`)
 	return err
-}
-
-// upgrade brings a file made by an earlier version to the current schema.
-// Columns are added where missing (checked by name, so it is idempotent
-// and needs no version number): edges.unplaced came with backing off
-// followers that cannot be located.
-func (f *File) upgrade(ctx context.Context) error {
-	var n int
-	if err := f.conn.QueryRowContext(ctx, `SELECT COUNT(*) FROM pragma_table_info('edges') WHERE name = 'unplaced'`).Scan(&n); err != nil {
-		return fmt.Errorf("schema upgrade: %w", err)
-	}
-	if n == 0 {
-		if _, err := f.conn.ExecContext(ctx, `ALTER TABLE edges ADD COLUMN unplaced INTEGER NOT NULL DEFAULT 0`); err != nil {
-			return fmt.Errorf("schema upgrade: edges.unplaced: %w", err)
-		}
-	}
-	return nil
 }
 
 // Path returns the file's path.
@@ -330,40 +279,6 @@ func (t *Tx) Cursor(publisher, topic string) (uint64, error) {
 func (t *Tx) SetCursor(publisher, topic string, seq uint64) error {
 	_, err := t.f.cursorPut.ExecContext(bg, publisher, topic, int64(seq))
 	return err
-}
-
-// ReadRange materializes a ranged delivery from a copy of the publisher's
-// file at path, opened read-only: the events of topic ("" for all) matching
-// filter with seq in r. It fails with ErrNoLog when the copy does not reach
-// r.Through (a stale replica).
-func ReadRange(ctx context.Context, path string, r Range, topic, filter string) ([]abi.Event, error) {
-	if _, err := os.Stat(path); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrNoLog, err)
-	}
-	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro&_pragma=busy_timeout(10000)")
-	if err != nil {
-		return nil, err
-	}
-	defer db.Close()
-	var head int64
-	if err := db.QueryRowContext(ctx, `SELECT COALESCE(MAX(seq), 0) FROM log`).Scan(&head); err != nil {
-		return nil, fmt.Errorf("read range from %s: %w", path, err)
-	}
-	if uint64(head) < r.Through {
-		return nil, fmt.Errorf("%w: copy ends at %d, range ends at %d", ErrNoLog, head, r.Through)
-	}
-	f := MustFilter(filter)
-	evs, err := readEvents(db, r.After, r.Through, topic, int(r.Through-r.After)+1, 1<<62)
-	if err != nil {
-		return nil, err
-	}
-	out := evs[:0]
-	for _, e := range evs {
-		if f.Match(e.Payload) {
-			out = append(out, e)
-		}
-	}
-	return out, nil
 }
 
 // Limit caps the file at max bytes (0 lifts the cap): a write that needs a
