@@ -266,9 +266,12 @@ type Pump struct {
 	log       *slog.Logger
 
 	// mu guards lanes: the object followers with a lane running, at most
-	// one per (publisher, follower). Never held while calling out.
-	mu    sync.Mutex
-	lanes map[laneKey]*lane
+	// one per (publisher, follower), and waiting: the publishers that have
+	// edges of an unplaced follower, by follower. Never held while calling
+	// out.
+	mu      sync.Mutex
+	lanes   map[laneKey]*lane
+	waiting map[string]map[string]bool
 }
 
 type laneKey struct{ publisher, follower string }
@@ -280,7 +283,22 @@ type lane struct{ again bool }
 
 // NewPump returns a pump.
 func NewPump(cfg Config, t Transport, m Membership, obs Observer, log *slog.Logger) *Pump {
-	return &Pump{cfg: cfg, transport: t, members: m, obs: obs, log: log, lanes: map[laneKey]*lane{}}
+	return &Pump{cfg: cfg, transport: t, members: m, obs: obs, log: log, lanes: map[laneKey]*lane{}, waiting: map[string]map[string]bool{}}
+}
+
+// Placed reports that follower is served again (its new home took it
+// over) and returns the publishers whose lanes found it unplaced: the
+// caller makes their edges of it due now (store.Tx.DueNow) and runs them,
+// instead of waiting out their backoff.
+func (p *Pump) Placed(follower string) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pubs := make([]string, 0, len(p.waiting[follower]))
+	for pub := range p.waiting[follower] {
+		pubs = append(pubs, pub)
+	}
+	delete(p.waiting, follower)
+	return pubs
 }
 
 // Config returns the pump's configuration.
@@ -802,6 +820,12 @@ func (p *Pump) unplaced(ctx context.Context, pub Publisher, follower string, edg
 	streak++
 	next := now.Add(min(p.cfg.Backoff(streak), p.cfg.MaxBackoff()))
 	p.log.Debug("follower not placed", slog.String("publisher", pub.ID()), slog.String("follower", follower), slog.Int("streak", streak), slog.Time("next", next), slog.Any("err", cause))
+	p.mu.Lock()
+	if p.waiting[follower] == nil {
+		p.waiting[follower] = map[string]bool{}
+	}
+	p.waiting[follower][pub.ID()] = true
+	p.mu.Unlock()
 	err := pub.Between(context.WithoutCancel(ctx), func(tx *store.Tx) error {
 		for _, e := range edges {
 			if err := tx.AdvanceEdge(e.ID, e.Cursor, e.Attempts, streak, next, ""); err != nil {

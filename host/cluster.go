@@ -62,6 +62,9 @@ func (n *Node) newCluster(js jetstream.JetStream, replicas int) (*cluster.Cluste
 		NodeGone:     n.nodeGone,
 		LeaseLost:    n.leaseLost,
 		LocalObjects: n.localObjects,
+		// A follower taken over here is served again: publishers anywhere
+		// whose edges wait for it route them now.
+		Moved: func(o cluster.Object) { n.nats.nc.Publish(placedSubject, []byte(ObjectID(o).String())) },
 		BeforeWatch: func() {
 			if f := beforeLeaseWatch.Load(); f != nil {
 				(*f)()

@@ -545,6 +545,31 @@ func (n *Node) resumePublishers(ctx context.Context) error {
 	return rows.Err()
 }
 
+// followerPlaced routes, now, the edges that waited for follower to be
+// served again: every publisher here whose lane found it unplaced makes
+// those edges due and runs.
+func (n *Node) followerPlaced(ctx context.Context, follower string) {
+	for _, p := range n.pump.Placed(follower) {
+		id, err := ParseObjectID(p)
+		if err != nil || n.ensureHome(ctx, id) != nil {
+			continue
+		}
+		due := 0
+		err = n.between(ctx, id, func(tx *store.Tx) error {
+			var err error
+			due, err = tx.DueNow(follower)
+			return err
+		})
+		if err != nil {
+			n.log.Debug("route a placed follower", slog.String("publisher", p), slog.String("follower", follower), slog.Any("err", err))
+			continue
+		}
+		if due > 0 {
+			n.kick(id)
+		}
+	}
+}
+
 // nodeGone runs when a node's lease ends: every active publisher runs a
 // round, pruning the edges of connections that lived there.
 func (n *Node) nodeGone(id string) {

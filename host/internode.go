@@ -35,6 +35,11 @@ const (
 
 func nodeSubject(node, op string) string { return "host.node." + node + "." + op }
 
+// placedSubject carries, to every node, the id of an object that a node
+// took over from a node that is gone: publishers waiting for it as an
+// unplaced follower route its edges at once.
+const placedSubject = "host.placed"
+
 // remoteError is an error that crossed from another node, keeping its status.
 type remoteError struct {
 	status int
@@ -66,6 +71,17 @@ func (n *Node) subscribe() error {
 		opEdges: n.rpcEdges, opRmEdge: n.rpcRemoveEdge, opPrune: n.rpcPrune,
 		opConns: n.rpcConns, opDeliver: n.rpcDeliver, opRange: n.rpcRange, opStream: n.rpcStream,
 	}
+	placed, err := n.nats.nc.Subscribe(placedSubject, func(m *nats.Msg) {
+		n.rpcs.Add(1)
+		go func() {
+			defer n.rpcs.Done()
+			n.followerPlaced(n.bgContext, string(m.Data))
+		}()
+	})
+	if err != nil {
+		return err
+	}
+	n.subs = append(n.subs, placed)
 	for op, h := range handlers {
 		h := h
 		sub, err := n.nats.nc.Subscribe(nodeSubject(n.id, op), func(m *nats.Msg) {

@@ -343,3 +343,49 @@ func TestPumpShutdownWaitsForLanes(t *testing.T) {
 		t.Fatalf("%d goroutines before the node, %d after shutdown:\n%s", before, now, buf)
 	}
 }
+
+// An unplaced follower is routed as soon as it is served again, not at the
+// end of its backoff: when its node's data directory comes back and takes
+// it over, the publisher hears of it and delivers at once.
+//
+// conformance: D20
+func TestD20_UnplacedFollowerRoutedOnceServedAgain(t *testing.T) {
+	t.Parallel()
+	// A backoff longer than the restart: routing at the next attempt would
+	// come too late for the check.
+	nodes, cfgs := clusterWithConfigs(t, 3, func(_ int, cfg *host.Config) { cfg.Delivery.RetryBase = 45 * time.Second })
+	ctx := context.Background()
+	a := &host.Client{Base: nodes[0].URL()}
+	c := &host.Client{Base: nodes[2].URL()}
+	dcall(t, a, "chat/room1", "post", `{"text":"home on node 0"}`)
+	dcall(t, c, "tally/t1", "follow", `{"publisher":"chat/room1"}`) // tally homes on node 2
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	nodes[2].Shutdown(sctx)
+	cancel()
+	waitUntil(t, "node 2 gone", 20*time.Second, func() bool {
+		var v struct{ Nodes []struct{ ID string } }
+		a.Get(ctx, "/v1/cluster", &v)
+		return len(v.Nodes) == 2
+	})
+	dcall(t, a, "chat/room1", "post", `{"author":"bob","text":"missed"}`)
+	var next time.Time
+	waitUntil(t, "the edge unplaced", 20*time.Second, func() bool {
+		e := edges(t, a, "chat/room1")[0]
+		if e["state"] != "unplaced" {
+			return false
+		}
+		var err error
+		next, err = time.Parse(time.RFC3339Nano, e["next_attempt"].(string))
+		return err == nil
+	})
+	cfg := cfgs[2]
+	cfg.Listen = "127.0.0.1:0"
+	n2 := startNodeCfg(t, cfg)
+	c2 := &host.Client{Base: n2.URL()}
+	waitUntil(t, "the tally counts what it missed before the backoff ends", time.Until(next)-time.Second, func() bool {
+		return dcall(t, c2, "tally/t1", "counts", "") == `{"authors":{"bob":1},"duplicates":0,"total":1}`
+	})
+	if got := metric(t, a, "host_delivery_retries_total") + metric(t, a, "host_edges_dropped_total"); got != 0 {
+		t.Fatalf("%v retries or drops: an unplaced follower is not a failure", got)
+	}
+}

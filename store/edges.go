@@ -236,6 +236,26 @@ func (t *Tx) withFloor(es []Edge) error {
 	return nil
 }
 
+// DueNow makes the unplaced object edges of follower due at once (it is
+// served again) and reports how many there were.
+func (t *Tx) DueNow(follower string) (int, error) {
+	res, err := t.f.conn.ExecContext(bg, `UPDATE edges SET next_due = 0 WHERE kind = ? AND follower = ? AND unplaced > 0`, int(abi.FollowerObject), follower)
+	if err != nil {
+		return 0, fmt.Errorf("edges of %s due: %w", follower, err)
+	}
+	k, _ := res.RowsAffected()
+	if k > 0 {
+		t.patches = append(t.patches, func(es []Edge) {
+			for i := range es {
+				if es[i].Kind == abi.FollowerObject && es[i].Follower == follower && es[i].Unplaced > 0 {
+					es[i].NextDue = 0
+				}
+			}
+		})
+	}
+	return int(k), nil
+}
+
 // AdvanceEdge records an edge's progress: the cursor only moves forward;
 // attempts and unplaced are its failure and not-located streaks; a
 // non-empty node rehomes the follower.

@@ -92,6 +92,10 @@ type Config struct {
 	// LocalObjects lists the objects whose files are in this data
 	// directory, for Reclaim.
 	LocalObjects func() []Object
+	// Moved, when set, runs after this node took an object over from a
+	// node that is gone (a reclaim): whoever waited for it to be served
+	// again can go on now.
+	Moved func(Object)
 	// BeforeWatch, when set, runs before each lease watch starts (tests:
 	// a store slow to answer at start-up).
 	BeforeWatch func()

@@ -55,7 +55,11 @@ func (c *Cluster) Home(ctx context.Context, obj Object) (string, error) {
 		if mine {
 			// Fencing: the compare-and-set fails if anyone moved it meanwhile.
 			if _, err := c.dir.Update(ctx, key, []byte(c.self), e.Revision()); err == nil {
-				return c.cache(obj, c.self), nil
+				c.cache(obj, c.self)
+				if c.cfg.Moved != nil {
+					c.cfg.Moved(obj)
+				}
+				return c.self, nil
 			}
 			continue
 		}
