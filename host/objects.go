@@ -14,6 +14,7 @@ import (
 
 	"github.com/durable-host/host/abi"
 	"github.com/durable-host/host/delivery"
+	"github.com/durable-host/host/host/client"
 	"github.com/durable-host/host/vm"
 )
 
@@ -54,7 +55,7 @@ type object struct {
 	// it.
 	sem     chan struct{}
 	file    *delivery.File
-	prog    Program
+	prog    client.Program
 	module  *vm.Module
 	inst    *vm.Instance
 	closed  bool
