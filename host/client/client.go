@@ -149,6 +149,50 @@ func (c *Client) Delete(ctx context.Context, path string, v any) error {
 	return json.Unmarshal(out, v)
 }
 
+// The methods below decode the node's JSON reply into v, as Get does: a
+// *json.RawMessage keeps the document as the node sent it.
+
+// Programs lists the latest version of every program, or, when name is
+// set, every version of that one: GET /v1/programs[/NAME].
+func (c *Client) Programs(ctx context.Context, name string, v any) error {
+	path := "/v1/programs"
+	if name != "" {
+		path += "/" + url.PathEscape(name)
+	}
+	return c.Get(ctx, path, v)
+}
+
+// Edges lists object's edges, its approved followers with their nodes,
+// topics and cursors: GET /v1/objects/PROGRAM/ID/edges.
+func (c *Client) Edges(ctx context.Context, object string, v any) error {
+	id, err := parseObject(object)
+	if err != nil {
+		return err
+	}
+	return c.Get(ctx, id.path()+"/edges", v)
+}
+
+// Unfollow removes one of object's edges by the id Edges shows:
+// DELETE /v1/objects/PROGRAM/ID/edges/EDGE.
+func (c *Client) Unfollow(ctx context.Context, object, edge string, v any) error {
+	id, err := parseObject(object)
+	if err != nil {
+		return err
+	}
+	return c.Delete(ctx, id.path()+"/edges/"+url.PathEscape(edge), v)
+}
+
+// Cluster lists the cluster's live nodes: GET /v1/cluster.
+func (c *Client) Cluster(ctx context.Context, v any) error {
+	return c.Get(ctx, "/v1/cluster", v)
+}
+
+// Whoami reports the token's tenant, its limits and its use on the node:
+// GET /v1/whoami.
+func (c *Client) Whoami(ctx context.Context, v any) error {
+	return c.Get(ctx, "/v1/whoami", v)
+}
+
 // SubscribeOptions shape a stream subscription.
 type SubscribeOptions struct {
 	// Topic limits the stream to one topic ("" for all).
