@@ -25,7 +25,7 @@ import (
 	"time"
 
 	examples "github.com/durable-host/host/examples/wasm"
-	"github.com/durable-host/host/host"
+	"github.com/durable-host/host/host/client"
 )
 
 // Fan-out modes of the nodes (the `host serve --fanout` values).
@@ -78,7 +78,7 @@ type Node struct {
 	Route   string // nats://127.0.0.1:PORT
 	Data    string
 	LogPath string
-	Client  *host.Client
+	Client  *client.Client
 	cmd     *exec.Cmd
 	args    []string
 	logf    *os.File
@@ -155,7 +155,7 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 			LogPath: filepath.Join(c.dir, fmt.Sprintf("node-%d.log", i)),
 			done:    make(chan struct{}),
 		}
-		n.Client = &host.Client{Base: n.URL, HTTP: &http.Client{Timeout: 60 * time.Second}}
+		n.Client = &client.Client{Base: n.URL, HTTP: &http.Client{Timeout: 60 * time.Second}}
 		if err := os.MkdirAll(n.Data, 0o755); err != nil {
 			c.Close()
 			return nil, err

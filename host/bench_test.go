@@ -100,7 +100,7 @@ func BenchmarkActivation(b *testing.B) {
 	}
 }
 
-// BenchmarkHTTPCall is the HTTP round trip on loopback through host.Client
+// BenchmarkHTTPCall is the HTTP round trip on loopback through client.Client
 // (keep-alive connections), for a warm object.
 func BenchmarkHTTPCall(b *testing.B) {
 	for _, method := range []string{"get", "inc"} {

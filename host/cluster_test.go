@@ -16,6 +16,7 @@ import (
 	natsserver "github.com/nats-io/nats-server/v2/server"
 
 	"github.com/durable-host/host/host"
+	hclient "github.com/durable-host/host/host/client"
 	"github.com/durable-host/host/vm/vmtest"
 )
 
@@ -133,7 +134,7 @@ func clusterWithConfigs(t *testing.T, k int, mutate func(i int, c *host.Config))
 			n.Shutdown(ctx)
 		})
 	}
-	c := &host.Client{Base: nodes[0].URL()}
+	c := &hclient.Client{Base: nodes[0].URL()}
 	for _, p := range []string{"chat", "tally", "counter", "hostile"} {
 		if _, err := c.Upload(context.Background(), p, vmtest.Wasm(t, p)); err != nil {
 			t.Fatal(err)
@@ -143,7 +144,7 @@ func clusterWithConfigs(t *testing.T, k int, mutate func(i int, c *host.Config))
 	waitUntil(t, "cluster membership", 60*time.Second, func() bool {
 		for _, n := range nodes {
 			var v struct{ Nodes []map[string]any }
-			if err := (&host.Client{Base: n.URL()}).Get(context.Background(), "/v1/cluster", &v); err != nil || len(v.Nodes) != k {
+			if err := (&hclient.Client{Base: n.URL()}).Get(context.Background(), "/v1/cluster", &v); err != nil || len(v.Nodes) != k {
 				return false
 			}
 		}
@@ -156,9 +157,9 @@ func TestClusterCallsReachTheHomeFromAnyNode(t *testing.T) {
 	t.Parallel()
 	nodes := clusterOf(t, 3, nil)
 	ctx := context.Background()
-	cs := make([]*host.Client, len(nodes))
+	cs := make([]*hclient.Client, len(nodes))
 	for i, n := range nodes {
-		cs[i] = &host.Client{Base: n.URL()}
+		cs[i] = &hclient.Client{Base: n.URL()}
 	}
 	// Two nodes race to activate one object: one home, one state.
 	var wg sync.WaitGroup
@@ -189,7 +190,7 @@ func TestClusterCallsReachTheHomeFromAnyNode(t *testing.T) {
 	// Errors keep their status across the hop.
 	for i := range cs {
 		_, err := cs[i].Call(ctx, "counter/raced", "nope", nil)
-		if ae, ok := err.(*host.APIError); !ok || ae.Status != 404 {
+		if ae, ok := err.(*hclient.APIError); !ok || ae.Status != 404 {
 			t.Fatalf("node %d: unknown method gave %v", i, err)
 		}
 	}
@@ -210,18 +211,18 @@ func TestD08_WatchersOnEveryNodeOneBatchPerNode(t *testing.T) {
 	t.Parallel()
 	nodes := clusterOf(t, 3, nil)
 	ctx := context.Background()
-	pubClient := &host.Client{Base: nodes[0].URL()}
+	pubClient := &hclient.Client{Base: nodes[0].URL()}
 	dcall(t, pubClient, "chat/room1", "post", `{"text":"make the home node 0"}`)
 	var ws []*watcher
 	for i := 0; i < 90; i++ {
-		c := &host.Client{Base: nodes[i%3].URL()}
+		c := &hclient.Client{Base: nodes[i%3].URL()}
 		ws = append(ws, follow(t, c, "chat/w", "chat/room1", "messages", ""))
 	}
 	before := metric(t, pubClient, `host_internode_calls_total{kind="conns"}`)
 	const msgs = 20
 	for i := 0; i < msgs; i++ {
 		// Posts through every node reach the home.
-		c := &host.Client{Base: nodes[i%3].URL()}
+		c := &hclient.Client{Base: nodes[i%3].URL()}
 		if _, err := c.Call(ctx, "chat/room1", "post", []byte(fmt.Sprintf(`{"text":"m%d"}`, i))); err != nil {
 			t.Fatal(err)
 		}
@@ -251,18 +252,18 @@ func TestD08_WatchersOnEveryNodeOneBatchPerNode(t *testing.T) {
 func TestD09_ObjectFollowersOnOtherNodes(t *testing.T) {
 	t.Parallel()
 	nodes := clusterOf(t, 3, nil)
-	pub := &host.Client{Base: nodes[0].URL()}
+	pub := &hclient.Client{Base: nodes[0].URL()}
 	dcall(t, pub, "hostile/pub", "hook_runs", "") // home on node 0
 	const followers = 6
 	for i := 0; i < followers; i++ {
-		c := &host.Client{Base: nodes[1+i%2].URL()}
+		c := &hclient.Client{Base: nodes[1+i%2].URL()}
 		dcall(t, c, fmt.Sprintf("hostile/f%d", i), "follow", `{"publisher":"hostile/pub","topic":"t"}`)
 	}
 	before := metric(t, pub, `host_internode_calls_total{kind="deliver"}`)
 	dcall(t, pub, "hostile/pub", "publish", `{"topic":"t","payload":"small"}`)
 	dcall(t, pub, "hostile/pub", "publish", `{"topic":"t","size":40000}`)
 	for i := 0; i < followers; i++ {
-		c := &host.Client{Base: nodes[1+i%2].URL()}
+		c := &hclient.Client{Base: nodes[1+i%2].URL()}
 		var got []string
 		waitUntil(t, "both events received", 20*time.Second, func() bool {
 			got = nil
@@ -279,7 +280,7 @@ func TestD09_ObjectFollowersOnOtherNodes(t *testing.T) {
 	}
 	ranged := 0.0
 	for _, n := range nodes[1:] {
-		ranged += metric(t, &host.Client{Base: n.URL()}, "host_ranges_materialized_total")
+		ranged += metric(t, &hclient.Client{Base: n.URL()}, "host_ranges_materialized_total")
 	}
 	if ranged < followers {
 		t.Fatalf("the >32 KB event should reach each follower as a range read from the holder (%v)", ranged)
@@ -291,8 +292,8 @@ func TestD20_FollowerRehomedAfterRestartIsNotAFailure(t *testing.T) {
 	t.Parallel()
 	nodes, cfgs := clusterWithConfigs(t, 3, nil)
 	ctx := context.Background()
-	a := &host.Client{Base: nodes[0].URL()}
-	c := &host.Client{Base: nodes[2].URL()}
+	a := &hclient.Client{Base: nodes[0].URL()}
+	c := &hclient.Client{Base: nodes[2].URL()}
 	dcall(t, a, "chat/room1", "post", `{"text":"home on node 0"}`)
 	dcall(t, c, "tally/t1", "follow", `{"publisher":"chat/room1"}`) // tally homes on node 2
 	w := follow(t, c, "chat/w", "chat/room1", "messages", "")       // a socket on node 2
@@ -323,7 +324,7 @@ func TestD20_FollowerRehomedAfterRestartIsNotAFailure(t *testing.T) {
 		return len(v.Nodes) == 3
 	})
 	dcall(t, a, "chat/room1", "post", `{"author":"bob","text":"two"}`)
-	c2 := &host.Client{Base: n2.URL()}
+	c2 := &hclient.Client{Base: n2.URL()}
 	waitUntil(t, "the rehomed tally counts", 20*time.Second, func() bool {
 		return dcall(t, c2, "tally/t1", "counts", "") == `{"authors":{"ann":1,"bob":1},"duplicates":0,"total":2}`
 	})
@@ -372,7 +373,7 @@ func TestExternalNATS(t *testing.T) {
 		cfg.NATS.URL = srv.ClientURL()
 		nodes = append(nodes, startNodeCfg(t, cfg))
 	}
-	a, b := &host.Client{Base: nodes[0].URL()}, &host.Client{Base: nodes[1].URL()}
+	a, b := &hclient.Client{Base: nodes[0].URL()}, &hclient.Client{Base: nodes[1].URL()}
 	if _, err := a.Upload(context.Background(), "counter", vmtest.Wasm(t, "counter")); err != nil {
 		t.Fatal(err)
 	}
@@ -390,8 +391,8 @@ func TestExternalNATS(t *testing.T) {
 func TestD12_RemoteInboxFullPrunedAtPublisher(t *testing.T) {
 	t.Parallel()
 	nodes := clusterOf(t, 3, nil)
-	pub := &host.Client{Base: nodes[0].URL()}
-	remote := &host.Client{Base: nodes[1].URL()}
+	pub := &hclient.Client{Base: nodes[0].URL()}
+	remote := &hclient.Client{Base: nodes[1].URL()}
 	dcall(t, pub, "hostile/pub", "hook_runs", "") // home on node 0
 	// A client on node 1 that never reads.
 	ws := dial(t, remote, "chat/slow")
@@ -420,11 +421,11 @@ func TestD12_RemoteInboxFullPrunedAtPublisher(t *testing.T) {
 func TestD09_FiftyFollowersOnOtherNodes(t *testing.T) {
 	t.Parallel()
 	nodes := clusterOf(t, 3, nil)
-	pub := &host.Client{Base: nodes[0].URL()}
+	pub := &hclient.Client{Base: nodes[0].URL()}
 	dcall(t, pub, "chat/room1", "post", `{"author":"zero","text":"home on node 0"}`)
 	const followers = 50
 	for i := 0; i < followers; i++ {
-		c := &host.Client{Base: nodes[1+i%2].URL()}
+		c := &hclient.Client{Base: nodes[1+i%2].URL()}
 		dcall(t, c, fmt.Sprintf("tally/f%d", i), "follow", `{"publisher":"chat/room1"}`)
 	}
 	const msgs = 4
@@ -434,7 +435,7 @@ func TestD09_FiftyFollowersOnOtherNodes(t *testing.T) {
 		// Each message is delivered before the next, so the count per
 		// message is exact.
 		for i := 0; i < followers; i++ {
-			c := &host.Client{Base: nodes[1+i%2].URL()}
+			c := &hclient.Client{Base: nodes[1+i%2].URL()}
 			want := fmt.Sprintf(`{"authors":{"ann":%d},"duplicates":0,"total":%d}`, m+1, m+1)
 			waitUntil(t, "follower counted", 60*time.Second, func() bool { return dcall(t, c, fmt.Sprintf("tally/f%d", i), "counts", "") == want })
 		}
@@ -496,8 +497,8 @@ func TestNATSPortInUseIsAClearError(t *testing.T) {
 func TestD02_EdgeRecordsTheFollowersNodeAcrossNodes(t *testing.T) {
 	t.Parallel()
 	nodes := clusterOf(t, 2, nil)
-	a := &host.Client{Base: nodes[0].URL()}
-	b := &host.Client{Base: nodes[1].URL()}
+	a := &hclient.Client{Base: nodes[0].URL()}
+	b := &hclient.Client{Base: nodes[1].URL()}
 	dcall(t, a, "chat/room1", "post", `{"text":"home on node 0"}`)
 	dcall(t, b, "tally/t1", "counts", "") // home on node 1
 	dcall(t, b, "tally/t1", "follow", `{"publisher":"chat/room1"}`)
@@ -536,7 +537,7 @@ func TestD02_EdgeRecordsTheFollowersNodeAcrossNodes(t *testing.T) {
 func TestS08_StreamReadsBoundedLocalAndRemote(t *testing.T) {
 	t.Parallel()
 	nodes := clusterOf(t, 2, nil)
-	a := &host.Client{Base: nodes[0].URL()}
+	a := &hclient.Client{Base: nodes[0].URL()}
 	dcall(t, a, "hostile/pub", "publish_storm", `{"size":300,"total":6000}`) // 20 events, home on node 0
 	for i, n := range nodes {
 		for _, c := range []struct{ limit, maxBytes, want int }{{4, 1 << 20, 4}, {100, 1000, 4}, {100, 1, 1}} {

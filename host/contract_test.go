@@ -28,6 +28,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/durable-host/host/host"
+	hclient "github.com/durable-host/host/host/client"
 	"github.com/durable-host/host/vm/vmtest"
 )
 
@@ -40,7 +41,7 @@ func ctTwins(name string) []ctTwin {
 
 // ctNode starts a node (dnode: chat, tally and hostile) and uploads the
 // other Go and Rust builds the contract suite uses.
-func ctNode(t *testing.T) *host.Client {
+func ctNode(t *testing.T) *hclient.Client {
 	t.Helper()
 	_, c := dnode(t, nil)
 	for _, p := range []string{"counter", "counter-rust", "chat-rust", "tally-rust", "hostile-rust"} {
@@ -61,8 +62,8 @@ type ctResult struct {
 func (r ctResult) String() string { return fmt.Sprintf("%d %s %q", r.Status, r.Type, r.Body) }
 
 // ctPost calls a method with a raw HTTP request, so that error bodies and
-// content types are compared byte for byte (host.Client parses them).
-func ctPost(t *testing.T, c *host.Client, object, method, payload string) ctResult {
+// content types are compared byte for byte (hclient.Client parses them).
+func ctPost(t *testing.T, c *hclient.Client, object, method, payload string) ctResult {
 	t.Helper()
 	id, err := host.ParseObjectID(object)
 	if err != nil {
@@ -112,7 +113,7 @@ type ctStep struct {
 
 // ctRun runs steps against program and returns what each call returned,
 // normalized.
-func ctRun(t *testing.T, c *host.Client, program string, steps []ctStep) []ctResult {
+func ctRun(t *testing.T, c *hclient.Client, program string, steps []ctStep) []ctResult {
 	t.Helper()
 	out := make([]ctResult, len(steps))
 	for i, s := range steps {
@@ -125,7 +126,7 @@ func ctRun(t *testing.T, c *host.Client, program string, steps []ctStep) []ctRes
 
 // ctCompareSteps runs the table on both twins and requires identical
 // results, and the pinned ones where given.
-func ctCompareSteps(t *testing.T, c *host.Client, twins []ctTwin, steps []ctStep) (goRes []ctResult) {
+func ctCompareSteps(t *testing.T, c *hclient.Client, twins []ctTwin, steps []ctStep) (goRes []ctResult) {
 	t.Helper()
 	got := map[string][]ctResult{}
 	for _, tw := range twins {

@@ -22,11 +22,12 @@ import (
 	"github.com/durable-host/host/abi"
 	"github.com/durable-host/host/delivery"
 	"github.com/durable-host/host/host"
+	hclient "github.com/durable-host/host/host/client"
 	"github.com/durable-host/host/vm/vmtest"
 )
 
 // dnode starts a node with the chat, tally and hostile examples uploaded.
-func dnode(t *testing.T, mutate func(*host.Config)) (*host.Node, *host.Client) {
+func dnode(t *testing.T, mutate func(*host.Config)) (*host.Node, *hclient.Client) {
 	t.Helper()
 	cfg := host.DefaultConfig()
 	cfg.DataDir = t.TempDir()
@@ -48,7 +49,7 @@ func dnode(t *testing.T, mutate func(*host.Config)) (*host.Node, *host.Client) {
 		defer cancel()
 		n.Shutdown(sctx)
 	})
-	c := &host.Client{Base: n.URL()}
+	c := &hclient.Client{Base: n.URL()}
 	for _, p := range []string{"chat", "tally", "hostile"} {
 		if _, err := c.Upload(ctx, p, vmtest.Wasm(t, p)); err != nil {
 			t.Fatal(err)
@@ -57,7 +58,7 @@ func dnode(t *testing.T, mutate func(*host.Config)) (*host.Node, *host.Client) {
 	return n, c
 }
 
-func dcall(t *testing.T, c *host.Client, object, method, payload string) string {
+func dcall(t *testing.T, c *hclient.Client, object, method, payload string) string {
 	t.Helper()
 	out, err := c.Call(context.Background(), object, method, []byte(payload))
 	if err != nil {
@@ -80,7 +81,7 @@ func waitUntil(t *testing.T, what string, d time.Duration, cond func() bool) {
 
 // metric reads one sample from /metrics; name may include labels exactly
 // as exposed, e.g. `host_edges_pruned_total{reason="socket_gone"}`.
-func metric(t *testing.T, c *host.Client, name string) float64 {
+func metric(t *testing.T, c *hclient.Client, name string) float64 {
 	t.Helper()
 	resp, err := http.Get(c.Base + "/metrics")
 	if err != nil {
@@ -98,7 +99,7 @@ func metric(t *testing.T, c *host.Client, name string) float64 {
 	return 0
 }
 
-func edges(t *testing.T, c *host.Client, object string) []map[string]any {
+func edges(t *testing.T, c *hclient.Client, object string) []map[string]any {
 	t.Helper()
 	var out struct {
 		Edges []map[string]any `json:"edges"`
@@ -118,7 +119,7 @@ type watcher struct {
 	done   chan struct{}
 }
 
-func dial(t *testing.T, c *host.Client, attach string) *websocket.Conn {
+func dial(t *testing.T, c *hclient.Client, attach string) *websocket.Conn {
 	t.Helper()
 	id, _ := host.ParseObjectID(attach)
 	url := "ws" + strings.TrimPrefix(c.Base, "http") + "/v1/objects/" + id.Program + "/" + id.ID + "/connect"
@@ -158,7 +159,7 @@ func readUntil(t *testing.T, ws *websocket.Conn, typ string) map[string]any {
 
 // follow attaches a watcher to attach, follows publisher's topic and
 // starts collecting frames.
-func follow(t *testing.T, c *host.Client, attach, publisher, topic, params string) *watcher {
+func follow(t *testing.T, c *hclient.Client, attach, publisher, topic, params string) *watcher {
 	t.Helper()
 	ws := dial(t, c, attach)
 	send(t, ws, map[string]string{"type": "follow", "object": publisher, "topic": topic, "params": params})
@@ -264,7 +265,7 @@ func TestD03_FollowHookIsAccessControlNotRunDuringDelivery(t *testing.T) {
 
 	// The hook runs once per follow, never per delivery.
 	_, err := c.Call(context.Background(), "hostile/f1", "follow", []byte(`{"publisher":"hostile/pub","topic":"t","params":"deny"}`))
-	if ae, ok := err.(*host.APIError); !ok || ae.Status != http.StatusForbidden || !strings.Contains(ae.Message, "denied on purpose") {
+	if ae, ok := err.(*hclient.APIError); !ok || ae.Status != http.StatusForbidden || !strings.Contains(ae.Message, "denied on purpose") {
 		t.Fatalf("denied follow: %v", err)
 	}
 	dcall(t, c, "hostile/f2", "follow", `{"publisher":"hostile/pub","topic":"t"}`)
@@ -606,7 +607,7 @@ func ev(seq uint64, payload string) abi.Event {
 }
 
 // receivedLines lists what hostile follower f's receive handler committed.
-func receivedLines(t *testing.T, c *host.Client, f string) []string {
+func receivedLines(t *testing.T, c *hclient.Client, f string) []string {
 	t.Helper()
 	var got []string
 	json.Unmarshal([]byte(dcall(t, c, f, "received", "")), &got)

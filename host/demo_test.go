@@ -13,6 +13,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/durable-host/host/host"
+	hclient "github.com/durable-host/host/host/client"
 	"github.com/durable-host/host/vm/vmtest"
 )
 
@@ -42,7 +43,7 @@ func TestDemoPageTwoBrowsers(t *testing.T) {
 
 	dataDir := t.TempDir()
 	n := startDemoNode(t, dataDir, "127.0.0.1:0")
-	if _, err := (&host.Client{Base: n.URL()}).Upload(ctx, "chat", vmtest.Wasm(t, "chat")); err != nil {
+	if _, err := (&hclient.Client{Base: n.URL()}).Upload(ctx, "chat", vmtest.Wasm(t, "chat")); err != nil {
 		t.Fatalf("upload chat: %v", err)
 	}
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/durable-host/host/abi"
 	"github.com/durable-host/host/delivery"
+	"github.com/durable-host/host/host/client"
 	"github.com/durable-host/host/vm"
 )
 
@@ -64,7 +65,7 @@ func (s *shaper) frame(ctx context.Context, id ObjectID, it *delivery.Item) ([]b
 	})
 }
 
-func (s *shaper) run(ctx context.Context, pr Program, id ObjectID, ev *abi.Event) ([]byte, error) {
+func (s *shaper) run(ctx context.Context, pr client.Program, id ObjectID, ev *abi.Event) ([]byte, error) {
 	pool, err := s.pool(ctx, pr)
 	if err != nil {
 		return nil, err
@@ -85,7 +86,7 @@ func (s *shaper) run(ctx context.Context, pr Program, id ObjectID, ev *abi.Event
 }
 
 // pool returns the pool of pr's version, replacing an older version's.
-func (s *shaper) pool(ctx context.Context, pr Program) (*shapePool, error) {
+func (s *shaper) pool(ctx context.Context, pr client.Program) (*shapePool, error) {
 	s.mu.Lock()
 	p := s.pools[pr.Name]
 	s.mu.Unlock()

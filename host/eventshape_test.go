@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/durable-host/host/host"
+	hclient "github.com/durable-host/host/host/client"
 )
 
 // An object has one home whatever node its watchers attach to: a socket on
@@ -19,7 +19,7 @@ import (
 func TestEventExportRunsWhereTheSocketIsWithoutASecondHome(t *testing.T) {
 	t.Parallel()
 	nodes, cfgs := clusterWithConfigs(t, 2, nil)
-	home, away := &host.Client{Base: nodes[0].URL()}, &host.Client{Base: nodes[1].URL()}
+	home, away := &hclient.Client{Base: nodes[0].URL()}, &hclient.Client{Base: nodes[1].URL()}
 	dcall(t, home, "hostile/h1", "publish", `"home here"`) // node 0 is the home
 	const sockets = 5
 	var ws []*watcher

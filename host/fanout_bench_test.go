@@ -32,6 +32,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/durable-host/host/host"
+	hclient "github.com/durable-host/host/host/client"
 	"github.com/durable-host/host/vm/vmtest"
 )
 
@@ -61,7 +62,7 @@ func fbRaiseNoFile(b *testing.B, need uint64) {
 }
 
 // fbNode starts a quiet node with the given examples uploaded.
-func fbNode(b *testing.B, programs ...string) (*host.Node, *host.Client) {
+func fbNode(b *testing.B, programs ...string) (*host.Node, *hclient.Client) {
 	b.Helper()
 	cfg := host.DefaultConfig()
 	cfg.DataDir = b.TempDir()
@@ -81,7 +82,7 @@ func fbNode(b *testing.B, programs ...string) (*host.Node, *host.Client) {
 		defer cancel()
 		n.Shutdown(sctx)
 	})
-	c := &host.Client{Base: n.URL()}
+	c := &hclient.Client{Base: n.URL()}
 	for _, p := range programs {
 		if _, err := c.Upload(ctx, p, vmtest.Wasm(b, p)); err != nil {
 			b.Fatal(err)
@@ -115,7 +116,7 @@ type fbClients struct {
 	wg        sync.WaitGroup
 }
 
-func fbDial(b *testing.B, c *host.Client, sockets int) *fbClients {
+func fbDial(b *testing.B, c *hclient.Client, sockets int) *fbClients {
 	b.Helper()
 	url := "ws" + c.Base[len("http"):] + "/v1/objects/chat/lobby/connect"
 	follow := []byte(`{"type":"follow","object":"chat/room1","topic":"messages"}`)

@@ -30,6 +30,7 @@ import (
 
 	"github.com/durable-host/host/abi"
 	"github.com/durable-host/host/host"
+	hclient "github.com/durable-host/host/host/client"
 	"github.com/durable-host/host/vm/vmtest"
 )
 
@@ -794,7 +795,7 @@ func TestWellBehavedObjectAnswersWhileHostileCallsRun(t *testing.T) {
 	var steadyCalls int
 	var slowest time.Duration
 	go func() {
-		c := &host.Client{Base: n.URL()}
+		c := &hclient.Client{Base: n.URL()}
 		for want := 2; ; want++ {
 			select {
 			case <-stop:

@@ -25,6 +25,7 @@ import (
 
 	"github.com/durable-host/host/abi"
 	"github.com/durable-host/host/delivery"
+	"github.com/durable-host/host/host/client"
 	"github.com/durable-host/host/host/cluster"
 	"github.com/durable-host/host/store"
 	"github.com/durable-host/host/vm"
@@ -462,13 +463,13 @@ func (n *Node) closeParts(ctx context.Context) {
 
 // Upload validates wasm and stores it as the next version of name; created
 // is false when the bytes equal the latest version.
-func (n *Node) Upload(ctx context.Context, name string, wasm []byte) (Program, bool, error) {
+func (n *Node) Upload(ctx context.Context, name string, wasm []byte) (client.Program, bool, error) {
 	return n.programs.upload(ctx, name, wasm)
 }
 
 // Programs lists the latest version of each program, or every version of
 // name.
-func (n *Node) Programs(ctx context.Context, name string) ([]Program, error) {
+func (n *Node) Programs(ctx context.Context, name string) ([]client.Program, error) {
 	if name != "" {
 		if _, err := n.programs.latest(ctx, name); err != nil {
 			return nil, err

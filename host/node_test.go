@@ -25,6 +25,7 @@ import (
 
 	"github.com/durable-host/host/abi"
 	"github.com/durable-host/host/host"
+	hclient "github.com/durable-host/host/host/client"
 	"github.com/durable-host/host/vm/vmtest"
 )
 
@@ -70,10 +71,10 @@ func startNode(t testing.TB, mod func(*host.Config)) (*host.Node, string) {
 	return startNodeIn(t, dir, mod), dir
 }
 
-func client(n *host.Node) *host.Client { return &host.Client{Base: n.URL()} }
+func client(n *host.Node) *hclient.Client { return &hclient.Client{Base: n.URL()} }
 
 // upload uploads a built example under name through the client.
-func upload(t testing.TB, n *host.Node, name, example string) host.Program {
+func upload(t testing.TB, n *host.Node, name, example string) hclient.Program {
 	t.Helper()
 	p, err := client(n).Upload(context.Background(), name, vmtest.Wasm(t, example))
 	if err != nil {
@@ -228,7 +229,7 @@ func TestUploadFlowHTTP(t *testing.T) {
 	if ct := r.header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
 		t.Fatalf("upload Content-Type %q", ct)
 	}
-	var p1 host.Program
+	var p1 hclient.Program
 	if err := json.Unmarshal(r.body, &p1); err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +249,7 @@ func TestUploadFlowHTTP(t *testing.T) {
 
 	// The same bytes again: not a new version.
 	r = do(t, n, http.MethodPut, "/v1/programs/counter", wasm)
-	var again host.Program
+	var again hclient.Program
 	if r.status != http.StatusOK || json.Unmarshal(r.body, &again) != nil || again.Version != 1 || again.Digest != digest {
 		t.Fatalf("re-upload: HTTP %d %s, want 200 version 1", r.status, r.body)
 	}
@@ -257,14 +258,14 @@ func TestUploadFlowHTTP(t *testing.T) {
 	// the test does not wait for a second compile of a Go module).
 	wasm2 := vmtest.MinimalModule(abi.Version, true)
 	r = do(t, n, http.MethodPut, "/v1/programs/counter", wasm2)
-	var p2 host.Program
+	var p2 hclient.Program
 	if r.status != http.StatusCreated || json.Unmarshal(r.body, &p2) != nil || p2.Version != 2 || p2.Digest == digest {
 		t.Fatalf("new bytes: HTTP %d %s, want 201 version 2 with a new digest", r.status, r.body)
 	}
 	upload(t, n, "chat", "chat")
 
 	var list struct {
-		Programs []host.Program `json:"programs"`
+		Programs []hclient.Program `json:"programs"`
 	}
 	r = do(t, n, http.MethodGet, "/v1/programs", nil)
 	if r.status != http.StatusOK || json.Unmarshal(r.body, &list) != nil {
@@ -274,8 +275,8 @@ func TestUploadFlowHTTP(t *testing.T) {
 		t.Fatalf("list = %+v, want chat v1 and counter v2 (latest of each)", list.Programs)
 	}
 	var one struct {
-		Name     string         `json:"name"`
-		Versions []host.Program `json:"versions"`
+		Name     string            `json:"name"`
+		Versions []hclient.Program `json:"versions"`
 	}
 	r = do(t, n, http.MethodGet, "/v1/programs/counter", nil)
 	if r.status != http.StatusOK || json.Unmarshal(r.body, &one) != nil {
@@ -289,7 +290,7 @@ func TestUploadFlowHTTP(t *testing.T) {
 
 	// The client sees the same.
 	var viaClient struct {
-		Programs []host.Program `json:"programs"`
+		Programs []hclient.Program `json:"programs"`
 	}
 	if err := client(n).Get(context.Background(), "/v1/programs", &viaClient); err != nil || len(viaClient.Programs) != 2 {
 		t.Fatalf("client list: %v %+v", err, viaClient)
@@ -360,7 +361,7 @@ func TestCounterFlowAndRestart(t *testing.T) {
 	wantReply(t, n2, "counter/c1", "get", nil, "9")
 	wantReply(t, n2, "counter/c1", "inc", nil, "10")
 	var one struct {
-		Versions []host.Program `json:"versions"`
+		Versions []hclient.Program `json:"versions"`
 	}
 	if err := client(n2).Get(ctx, "/v1/programs/counter", &one); err != nil || len(one.Versions) != 1 {
 		t.Fatalf("programs after restart: %v %+v", err, one)
@@ -620,7 +621,7 @@ func TestUploadRejections(t *testing.T) {
 	}
 	wantError(t, do(t, n, http.MethodGet, "/v1/programs/bad", nil), http.StatusNotFound)
 	var list struct {
-		Programs []host.Program `json:"programs"`
+		Programs []hclient.Program `json:"programs"`
 	}
 	if err := client(n).Get(context.Background(), "/v1/programs", &list); err != nil || len(list.Programs) != 1 {
 		t.Fatalf("programs after rejections: %v %+v, want only minimal", err, list.Programs)
@@ -631,7 +632,7 @@ func TestUploadRejections(t *testing.T) {
 	}
 	// Through the client, the error and status come back typed.
 	_, err := client(n).Upload(context.Background(), "bad", []byte("nope"))
-	var ae *host.APIError
+	var ae *hclient.APIError
 	if !errors.As(err, &ae) || ae.Status != http.StatusBadRequest {
 		t.Fatalf("client upload of garbage: %v", err)
 	}
@@ -867,7 +868,7 @@ func TestShutdownLeavesNoGoroutines(t *testing.T) {
 	if err := n.Start(); err != nil {
 		t.Fatal(err)
 	}
-	c := &host.Client{Base: n.URL(), HTTP: &http.Client{Transport: &http.Transport{}}}
+	c := &hclient.Client{Base: n.URL(), HTTP: &http.Client{Transport: &http.Transport{}}}
 	if _, err := c.Upload(context.Background(), "counter", wasm); err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/durable-host/host/abi"
+	"github.com/durable-host/host/host/client"
 	"github.com/durable-host/host/store"
 	"github.com/durable-host/host/vm"
 )
@@ -54,7 +55,7 @@ type object struct {
 	// it.
 	sem     chan struct{}
 	file    *store.File
-	prog    Program
+	prog    client.Program
 	module  *vm.Module
 	inst    *vm.Instance
 	closed  bool

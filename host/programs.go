@@ -16,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/durable-host/host/host/client"
 	"github.com/durable-host/host/host/cluster"
 	"github.com/durable-host/host/vm"
 )
@@ -61,17 +62,6 @@ func clip(s string) string {
 	return s
 }
 
-// Program is one version of an uploaded program.
-type Program struct {
-	Name     string    `json:"name"`
-	Version  int       `json:"version"`
-	Digest   string    `json:"digest"`
-	Size     int       `json:"size"`
-	Exports  []string  `json:"exports"`
-	Handlers []string  `json:"handlers"`
-	Created  time.Time `json:"created"`
-}
-
 // programs is the cluster's program registry: names and versions in a
 // JetStream KV bucket (updated with compare-and-set, so versions are
 // cluster-wide), module bytes in a JetStream object store by digest, and a
@@ -88,7 +78,7 @@ type programs struct {
 	// each name.
 	mu       sync.Mutex
 	compiled map[string]*vm.Module
-	newest   map[string]Program
+	newest   map[string]client.Program
 }
 
 const (
@@ -121,7 +111,7 @@ func openPrograms(ctx context.Context, log *slog.Logger, dataDir string, js jets
 	if err != nil {
 		return nil, err
 	}
-	return &programs{dir: dir, engine: engine, kv: kv, blobs: blobs, compiled: map[string]*vm.Module{}, newest: map[string]Program{}}, nil
+	return &programs{dir: dir, engine: engine, kv: kv, blobs: blobs, compiled: map[string]*vm.Module{}, newest: map[string]client.Program{}}, nil
 }
 
 // watch keeps newest current as any node uploads.
@@ -135,7 +125,7 @@ func (p *programs) watch(ctx context.Context) {
 		if e == nil || e.Operation() != jetstream.KeyValuePut {
 			continue
 		}
-		var vs []Program
+		var vs []client.Program
 		if json.Unmarshal(e.Value(), &vs) == nil && len(vs) > 0 {
 			p.mu.Lock()
 			p.setNewestLocked(vs[len(vs)-1], nil)
@@ -158,7 +148,7 @@ func handlerNames(m *vm.Module) []string {
 }
 
 // versions reads every version of name with the entry's revision.
-func (p *programs) versions(ctx context.Context, name string) ([]Program, uint64, error) {
+func (p *programs) versions(ctx context.Context, name string) ([]client.Program, uint64, error) {
 	e, err := p.kv.Get(ctx, name)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, 0, nil
@@ -166,7 +156,7 @@ func (p *programs) versions(ctx context.Context, name string) ([]Program, uint64
 	if err != nil {
 		return nil, 0, fmt.Errorf("%w: program registry: %v", ErrUnavailable, err)
 	}
-	var vs []Program
+	var vs []client.Program
 	if err := json.Unmarshal(e.Value(), &vs); err != nil {
 		return nil, 0, err
 	}
@@ -175,13 +165,13 @@ func (p *programs) versions(ctx context.Context, name string) ([]Program, uint64
 
 // upload validates wasm and stores it as the next version of name. The same
 // bytes as the latest version are not a new version.
-func (p *programs) upload(ctx context.Context, name string, wasm []byte) (Program, bool, error) {
+func (p *programs) upload(ctx context.Context, name string, wasm []byte) (client.Program, bool, error) {
 	if err := ValidateQualifiedProgram(name); err != nil {
-		return Program{}, false, err
+		return client.Program{}, false, err
 	}
 	m, err := p.load(ctx, vm.Digest(wasm), wasm)
 	if err != nil {
-		return Program{}, false, err
+		return client.Program{}, false, err
 	}
 	kept := false
 	defer func() {
@@ -190,22 +180,22 @@ func (p *programs) upload(ctx context.Context, name string, wasm []byte) (Progra
 		}
 	}()
 	if err := p.storeLocal(m.Digest, wasm); err != nil {
-		return Program{}, false, err
+		return client.Program{}, false, err
 	}
 	if _, err := p.blobs.GetInfo(ctx, m.Digest); err != nil {
 		if _, err := p.blobs.PutBytes(ctx, m.Digest, wasm); err != nil {
-			return Program{}, false, fmt.Errorf("store module: %w", err)
+			return client.Program{}, false, fmt.Errorf("store module: %w", err)
 		}
 	}
 	for attempt := 0; attempt < 10; attempt++ {
 		vs, rev, err := p.versions(ctx, name)
 		if err != nil {
-			return Program{}, false, err
+			return client.Program{}, false, err
 		}
 		if len(vs) > 0 && vs[len(vs)-1].Digest == m.Digest {
 			return vs[len(vs)-1], false, nil
 		}
-		pr := Program{Name: name, Version: len(vs) + 1, Digest: m.Digest, Size: m.Size,
+		pr := client.Program{Name: name, Version: len(vs) + 1, Digest: m.Digest, Size: m.Size,
 			Exports: m.Exports, Handlers: handlerNames(m), Created: time.Now().UTC()}
 		b, _ := json.Marshal(append(vs, pr))
 		if rev == 0 {
@@ -222,7 +212,7 @@ func (p *programs) upload(ctx context.Context, name string, wasm []byte) (Progra
 		p.mu.Unlock()
 		return pr, true, nil
 	}
-	return Program{}, false, fmt.Errorf("%w: program %s: concurrent uploads", ErrUnavailable, name)
+	return client.Program{}, false, fmt.Errorf("%w: program %s: concurrent uploads", ErrUnavailable, name)
 }
 
 func (p *programs) storeLocal(digest string, wasm []byte) error {
@@ -308,7 +298,7 @@ func (p *programs) load(ctx context.Context, digest string, wasm []byte) (*vm.Mo
 // uses the same module. Objects running the old version hold references
 // of their own, so its code is closed only when the last of them is done.
 // Called with mu held.
-func (p *programs) setNewestLocked(pr Program, m *vm.Module) {
+func (p *programs) setNewestLocked(pr client.Program, m *vm.Module) {
 	old, had := p.newest[pr.Name]
 	p.newest[pr.Name] = pr
 	if m != nil {
@@ -337,7 +327,7 @@ func unknownProgram(name string) error {
 }
 
 // latest returns the newest version of name, or ErrUnknownProgram.
-func (p *programs) latest(ctx context.Context, name string) (Program, error) {
+func (p *programs) latest(ctx context.Context, name string) (client.Program, error) {
 	p.mu.Lock()
 	pr, ok := p.newest[name]
 	p.mu.Unlock()
@@ -349,13 +339,13 @@ func (p *programs) latest(ctx context.Context, name string) (Program, error) {
 
 // latestFresh reads the registry, for activations: an object picks up the
 // newest version when it activates.
-func (p *programs) latestFresh(ctx context.Context, name string) (Program, error) {
+func (p *programs) latestFresh(ctx context.Context, name string) (client.Program, error) {
 	vs, _, err := p.versions(ctx, name)
 	if err != nil {
-		return Program{}, err
+		return client.Program{}, err
 	}
 	if len(vs) == 0 {
-		return Program{}, unknownProgram(name)
+		return client.Program{}, unknownProgram(name)
 	}
 	pr := vs[len(vs)-1]
 	p.mu.Lock()
@@ -366,7 +356,7 @@ func (p *programs) latestFresh(ctx context.Context, name string) (Program, error
 
 // list returns the latest version of every program, or every version of
 // name when name is not empty.
-func (p *programs) list(ctx context.Context, name string) ([]Program, error) {
+func (p *programs) list(ctx context.Context, name string) ([]client.Program, error) {
 	return p.listIn(ctx, name, nil)
 }
 
@@ -390,7 +380,7 @@ func (p *programs) names(ctx context.Context, keep func(string) bool) ([]string,
 }
 
 // listIn is list restricted to the names keep accepts.
-func (p *programs) listIn(ctx context.Context, name string, keep func(string) bool) ([]Program, error) {
+func (p *programs) listIn(ctx context.Context, name string, keep func(string) bool) ([]client.Program, error) {
 	if name != "" {
 		vs, _, err := p.versions(ctx, name)
 		if err != nil {
@@ -405,7 +395,7 @@ func (p *programs) listIn(ctx context.Context, name string, keep func(string) bo
 	if err != nil {
 		return nil, err
 	}
-	out := []Program{}
+	out := []client.Program{}
 	for _, k := range keys {
 		vs, _, err := p.versions(ctx, k)
 		if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/durable-host/host/host"
+	hclient "github.com/durable-host/host/host/client"
 	"github.com/durable-host/host/vm/vmtest"
 )
 
@@ -87,7 +88,7 @@ func (w *latencyWatcher) arrived(seq uint64) time.Time {
 
 // received returns what a hostile follower's receive recorded, in arrival
 // order, as (topic, seq) pairs.
-func received(t testing.TB, c *host.Client, follower string) [][2]string {
+func received(t testing.TB, c *hclient.Client, follower string) [][2]string {
 	t.Helper()
 	out, err := c.Call(context.Background(), follower, "received", nil)
 	if err != nil {
@@ -255,8 +256,8 @@ func TestD20_UnplacedFollowerShownThenRouted(t *testing.T) {
 	t.Parallel()
 	nodes, cfgs := clusterWithConfigs(t, 3, func(_ int, cfg *host.Config) { cfg.Delivery.RetryBase = 50 * time.Millisecond })
 	ctx := context.Background()
-	a := &host.Client{Base: nodes[0].URL()}
-	c := &host.Client{Base: nodes[2].URL()}
+	a := &hclient.Client{Base: nodes[0].URL()}
+	c := &hclient.Client{Base: nodes[2].URL()}
 	dcall(t, a, "chat/room1", "post", `{"text":"home on node 0"}`)
 	dcall(t, c, "tally/t1", "follow", `{"publisher":"chat/room1"}`) // tally homes on node 2
 	dcall(t, a, "chat/room1", "post", `{"author":"ann","text":"one"}`)
@@ -293,7 +294,7 @@ func TestD20_UnplacedFollowerShownThenRouted(t *testing.T) {
 	cfg := cfgs[2]
 	cfg.Listen = "127.0.0.1:0"
 	n2 := startNodeCfg(t, cfg)
-	c2 := &host.Client{Base: n2.URL()}
+	c2 := &hclient.Client{Base: n2.URL()}
 	waitUntil(t, "the tally counts what it missed", 30*time.Second, func() bool {
 		return dcall(t, c2, "tally/t1", "counts", "") == `{"authors":{"ann":1,"bob":1},"duplicates":0,"total":2}`
 	})
@@ -355,8 +356,8 @@ func TestD20_UnplacedFollowerRoutedOnceServedAgain(t *testing.T) {
 	// come too late for the check.
 	nodes, cfgs := clusterWithConfigs(t, 3, func(_ int, cfg *host.Config) { cfg.Delivery.RetryBase = 45 * time.Second })
 	ctx := context.Background()
-	a := &host.Client{Base: nodes[0].URL()}
-	c := &host.Client{Base: nodes[2].URL()}
+	a := &hclient.Client{Base: nodes[0].URL()}
+	c := &hclient.Client{Base: nodes[2].URL()}
 	dcall(t, a, "chat/room1", "post", `{"text":"home on node 0"}`)
 	dcall(t, c, "tally/t1", "follow", `{"publisher":"chat/room1"}`) // tally homes on node 2
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -381,7 +382,7 @@ func TestD20_UnplacedFollowerRoutedOnceServedAgain(t *testing.T) {
 	cfg := cfgs[2]
 	cfg.Listen = "127.0.0.1:0"
 	n2 := startNodeCfg(t, cfg)
-	c2 := &host.Client{Base: n2.URL()}
+	c2 := &hclient.Client{Base: n2.URL()}
 	waitUntil(t, "the tally counts what it missed before the backoff ends", time.Until(next)-time.Second, func() bool {
 		return dcall(t, c2, "tally/t1", "counts", "") == `{"authors":{"bob":1},"duplicates":0,"total":1}`
 	})

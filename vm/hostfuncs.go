@@ -149,7 +149,6 @@ func hostErr(i *Instance, err error) uint64 {
 	panic(err)
 }
 
-
 func hStateGet(i *Instance, m api.Module, s []uint64) {
 	h := needHost(i)
 	k, ok := view(m, s[0], s[1], abi.MaxKeyLen)

@@ -15,7 +15,7 @@ func clusterCommand(stdout io.Writer) *cli.Command {
 		Flags: []cli.Flag{serverFlag(), tokenFlag()},
 		Action: func(c *cli.Context) error {
 			var v json.RawMessage
-			if err := client(c).Get(c.Context, "/v1/cluster", &v); err != nil {
+			if err := client(c).Cluster(c.Context, &v); err != nil {
 				return err
 			}
 			return printJSON(stdout, v)

@@ -15,7 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/durable-host/host/host"
+	hclient "github.com/durable-host/host/host/client"
 	"github.com/durable-host/host/vm/vmtest"
 )
 
@@ -70,9 +70,9 @@ func TestD21_KillNodeHoldingSockets(t *testing.T) {
 		waitHealthy(t, addrs[i], s)
 	}
 	ctx := context.Background()
-	cs := make([]*host.Client, 3)
+	cs := make([]*hclient.Client, 3)
 	for i, a := range addrs {
-		cs[i] = &host.Client{Base: "http://" + a}
+		cs[i] = &hclient.Client{Base: "http://" + a}
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -102,7 +102,7 @@ func TestD21_KillNodeHoldingSockets(t *testing.T) {
 	for _, i := range []int{1, 2} {
 		followed := make(chan struct{})
 		go func() {
-			cs[i].Watch(wctx, "chat/room1", host.WatchOptions{Topic: "messages"}, func(frame []byte) bool {
+			cs[i].Watch(wctx, "chat/room1", hclient.WatchOptions{Topic: "messages"}, func(frame []byte) bool {
 				mu.Lock()
 				got[i] = append(got[i], string(frame))
 				mu.Unlock()
@@ -195,13 +195,13 @@ func TestD21_KillNodeHoldingSockets(t *testing.T) {
 	var err error
 	for time.Since(start) < 30*time.Second {
 		_, err = cs[1].Call(ctx, "chat/doomed", "history", nil)
-		var ae *host.APIError
+		var ae *hclient.APIError
 		if errors.As(err, &ae) && ae.Status == http.StatusServiceUnavailable && strings.Contains(ae.Message, "unavailable") {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	var ae *host.APIError
+	var ae *hclient.APIError
 	if !errors.As(err, &ae) || ae.Status != http.StatusServiceUnavailable {
 		t.Fatalf("object on the dead node: %v", err)
 	}

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/durable-host/host/host"
+	hclient "github.com/durable-host/host/host/client"
 	"github.com/durable-host/host/vm/vmtest"
 )
 
@@ -31,7 +31,7 @@ func TestD17_ExactlyOnceEffectAcrossKill9(t *testing.T) {
 	data := t.TempDir()
 	addr := freePort(t)
 	srv := startServer(t, bin, data, addr)
-	c := &host.Client{Base: "http://" + addr}
+	c := &hclient.Client{Base: "http://" + addr}
 	ctx := context.Background()
 	for _, p := range []string{"chat", "tally"} {
 		if _, err := c.Upload(ctx, p, vmtest.Wasm(t, p)); err != nil {

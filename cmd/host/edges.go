@@ -6,8 +6,6 @@ import (
 	"io"
 
 	"github.com/urfave/cli/v2"
-
-	"github.com/durable-host/host/host"
 )
 
 // edgesCommand is `host edges`: GET /v1/objects/PROGRAM/ID/edges.
@@ -21,12 +19,8 @@ func edgesCommand(stdout io.Writer) *cli.Command {
 			if c.NArg() != 1 {
 				return errors.New("usage: host edges PROGRAM/ID")
 			}
-			id, err := host.ParseObjectID(c.Args().First())
-			if err != nil {
-				return err
-			}
 			var v json.RawMessage
-			if err := client(c).Get(c.Context, "/v1/objects/"+id.Program+"/"+id.ID+"/edges", &v); err != nil {
+			if err := client(c).Edges(c.Context, c.Args().First(), &v); err != nil {
 				return err
 			}
 			return printJSON(stdout, v)
@@ -45,12 +39,8 @@ func unfollowCommand(stdout io.Writer) *cli.Command {
 			if c.NArg() != 2 {
 				return errors.New("usage: host unfollow PROGRAM/ID EDGE")
 			}
-			id, err := host.ParseObjectID(c.Args().First())
-			if err != nil {
-				return err
-			}
 			var v json.RawMessage
-			if err := client(c).Delete(c.Context, "/v1/objects/"+id.Program+"/"+id.ID+"/edges/"+c.Args().Get(1), &v); err != nil {
+			if err := client(c).Unfollow(c.Context, c.Args().First(), c.Args().Get(1), &v); err != nil {
 				return err
 			}
 			return printJSON(stdout, v)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/durable-host/host/delivery"
 	"github.com/durable-host/host/host"
+	hclient "github.com/durable-host/host/host/client"
 	"github.com/durable-host/host/store"
 )
 
@@ -82,8 +83,8 @@ func tokenFlag() cli.Flag {
 }
 
 // client is the Go client for a command's --server and --token.
-func client(c *cli.Context) *host.Client {
-	return &host.Client{Base: c.String("server"), Token: c.String("token")}
+func client(c *cli.Context) *hclient.Client {
+	return &hclient.Client{Base: c.String("server"), Token: c.String("token")}
 }
 
 // nodeFlags configure the node that serve and dev run.

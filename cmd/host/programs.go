@@ -15,12 +15,12 @@ func programsCommand(stdout io.Writer) *cli.Command {
 		ArgsUsage: "[NAME]",
 		Flags:     []cli.Flag{serverFlag(), tokenFlag()},
 		Action: func(c *cli.Context) error {
-			path := "/v1/programs"
+			name := ""
 			if c.NArg() == 1 {
-				path += "/" + c.Args().First()
+				name = c.Args().First()
 			}
 			var v json.RawMessage
-			if err := client(c).Get(c.Context, path, &v); err != nil {
+			if err := client(c).Programs(c.Context, name, &v); err != nil {
 				return err
 			}
 			return printJSON(stdout, v)

@@ -11,7 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/durable-host/host/host"
+	hclient "github.com/durable-host/host/host/client"
 )
 
 // subscribeCommand is `host subscribe`: the SSE stream, one event a line, until --count events or Ctrl-C.
@@ -41,7 +41,7 @@ Example: host subscribe chat/room1 --topic messages --after 0`,
 			if c.NArg() != 1 {
 				return errors.New("usage: host subscribe PROGRAM/ID [--after SEQ] [--topic T]")
 			}
-			o := host.SubscribeOptions{Topic: c.String("topic"), Filter: c.String("filter")}
+			o := hclient.SubscribeOptions{Topic: c.String("topic"), Filter: c.String("filter")}
 			if s := c.String("after"); s != "" {
 				v, err := strconv.ParseUint(s, 10, 64)
 				if err != nil {

@@ -1,13 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
-	"net/url"
 
 	"github.com/urfave/cli/v2"
 )
@@ -48,33 +45,44 @@ nothing already stored is lost.`,
 					if c.NArg() != 1 {
 						return errors.New("usage: host tenant create NAME [--limits JSON]")
 					}
-					body := map[string]any{"name": c.Args().First()}
+					var limits json.RawMessage
 					if l := c.String("limits"); l != "" {
-						body["limits"] = json.RawMessage(l)
+						var err error
+						if limits, err = limitsJSON(l); err != nil {
+							return err
+						}
 					}
-					return tenantCall(c, stdout, http.MethodPost, "/v1/tenants", body)
+					return printReply(stdout, func(v any) error { return client(c).CreateTenant(c.Context, c.Args().First(), limits, v) })
 				},
 			},
 			{
 				Name: "list", Usage: "list tenants and the default limits", Flags: flags(),
-				Action: func(c *cli.Context) error { return tenantCall(c, stdout, http.MethodGet, "/v1/tenants", nil) },
+				Action: func(c *cli.Context) error {
+					return printReply(stdout, func(v any) error { return client(c).Tenants(c.Context, v) })
+				},
 			},
 			{
 				Name: "show", Usage: "a tenant, its limits and its use on this node", ArgsUsage: "NAME", Flags: flags(),
 				Action: func(c *cli.Context) error {
-					return tenantCall(c, stdout, http.MethodGet, "/v1/tenants/"+url.PathEscape(c.Args().First()), nil)
+					return printReply(stdout, func(v any) error { return client(c).Tenant(c.Context, c.Args().First(), v) })
 				},
 			},
 			{
 				Name: "rotate", Usage: "issue a new token; the old one stops working", ArgsUsage: "NAME", Flags: flags(),
 				Action: func(c *cli.Context) error {
-					return tenantCall(c, stdout, http.MethodPost, "/v1/tenants/"+url.PathEscape(c.Args().First())+"/rotate", nil)
+					if c.NArg() < 1 {
+						return errors.New("usage: host tenant rotate NAME")
+					}
+					return printReply(stdout, func(v any) error { return client(c).RotateTenant(c.Context, c.Args().First(), v) })
 				},
 			},
 			{
 				Name: "revoke", Usage: "disable the tenant's token (its programs and objects stay; rotate issues a new one)", ArgsUsage: "NAME", Flags: flags(),
 				Action: func(c *cli.Context) error {
-					return tenantCall(c, stdout, http.MethodPost, "/v1/tenants/"+url.PathEscape(c.Args().First())+"/revoke", nil)
+					if c.NArg() < 1 {
+						return errors.New("usage: host tenant revoke NAME")
+					}
+					return printReply(stdout, func(v any) error { return client(c).RevokeTenant(c.Context, c.Args().First(), v) })
 				},
 			},
 			{
@@ -83,7 +91,11 @@ nothing already stored is lost.`,
 					if c.NArg() != 2 {
 						return errors.New(`usage: host tenant limits NAME '{"programs":20}'`)
 					}
-					return tenantCall(c, stdout, http.MethodPut, "/v1/tenants/"+url.PathEscape(c.Args().First())+"/limits", json.RawMessage(c.Args().Get(1)))
+					limits, err := limitsJSON(c.Args().Get(1))
+					if err != nil {
+						return err
+					}
+					return printReply(stdout, func(v any) error { return client(c).SetTenantLimits(c.Context, c.Args().First(), limits, v) })
 				},
 			},
 		},
@@ -97,7 +109,7 @@ func whoamiCommand(stdout io.Writer) *cli.Command {
 		Flags: []cli.Flag{serverFlag(), tokenFlag()},
 		Action: func(c *cli.Context) error {
 			var v any
-			if err := client(c).Get(c.Context, "/v1/whoami", &v); err != nil {
+			if err := client(c).Whoami(c.Context, &v); err != nil {
 				return err
 			}
 			return printJSON(stdout, v)
@@ -105,23 +117,20 @@ func whoamiCommand(stdout io.Writer) *cli.Command {
 	}
 }
 
-func tenantCall(c *cli.Context, stdout io.Writer, method, path string, body any) error {
-	if c.NArg() < 1 && method != http.MethodGet {
-		return fmt.Errorf("usage: host tenant %s NAME", c.Command.Name)
-	}
-	var b []byte
-	if body != nil {
-		var err error
-		if b, err = json.Marshal(body); err != nil {
-			return fmt.Errorf("--limits: %w", err)
-		}
-	}
-	out, err := client(c).Do(c.Context, method, path, bytes.NewReader(b))
+// limitsJSON checks a --limits or limits argument before anything is sent.
+func limitsJSON(s string) (json.RawMessage, error) {
+	b, err := json.Marshal(json.RawMessage(s))
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("--limits: %w", err)
 	}
+	return b, nil
+}
+
+// printReply prints the reply call decodes, re-encoded through any (keys
+// sorted), as the tenant commands always have.
+func printReply(stdout io.Writer, call func(v any) error) error {
 	var v any
-	if err := json.Unmarshal(out, &v); err != nil {
+	if err := call(&v); err != nil {
 		return err
 	}
 	return printJSON(stdout, v)

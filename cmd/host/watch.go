@@ -10,7 +10,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/durable-host/host/host"
+	hclient "github.com/durable-host/host/host/client"
 )
 
 // watchCommand is `host watch`: a WebSocket connection, one frame a line, until --count frames or Ctrl-C.
@@ -41,7 +41,7 @@ Example: host watch chat/room1 --topic messages`,
 			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			left := c.Int("count")
-			return client(c).Watch(ctx, c.Args().First(), host.WatchOptions{
+			return client(c).Watch(ctx, c.Args().First(), hclient.WatchOptions{
 				Topic: c.String("topic"), Filter: c.String("filter"), Params: c.String("params"), Via: c.String("via"),
 			}, func(frame []byte) bool {
 				stdout.Write(frame)

@@ -5,6 +5,7 @@ package vmtest
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -24,6 +25,15 @@ var (
 // installed) once per process and returns program name → module path.
 func Examples(t testing.TB) map[string]string {
 	t.Helper()
+	b, err := Built()
+	if err != nil {
+		t.Fatalf("build examples: %v", err)
+	}
+	return b
+}
+
+// Built is Examples for callers without a testing.TB (runnable Examples).
+func Built() (map[string]string, error) {
 	once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
@@ -35,24 +45,30 @@ func Examples(t testing.TB) map[string]string {
 			built[b.Name] = b.Path
 		}
 	})
-	if err != nil {
-		t.Fatalf("build examples: %v", err)
-	}
-	return built
+	return built, err
 }
 
 // Wasm returns the bytes of one built example.
 func Wasm(t testing.TB, name string) []byte {
 	t.Helper()
-	p, ok := Examples(t)[name]
-	if !ok {
-		t.Fatalf("example %q was not built", name)
-	}
-	b, err := os.ReadFile(p)
+	b, err := Module(name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// Module is Wasm for callers without a testing.TB.
+func Module(name string) ([]byte, error) {
+	bs, err := Built()
+	if err != nil {
+		return nil, fmt.Errorf("build examples: %w", err)
+	}
+	p, ok := bs[name]
+	if !ok {
+		return nil, fmt.Errorf("example %q was not built", name)
+	}
+	return os.ReadFile(p)
 }
 
 // CacheDir is a compilation cache shared by the test processes of one

@@ -1,4 +1,4 @@
-package host
+package client
 
 import (
 	"context"
@@ -27,16 +27,16 @@ type WatchOptions struct {
 // (events, and notices such as "behind"). It returns when ctx ends, the
 // socket closes, or onFrame returns false.
 func (c *Client) Watch(ctx context.Context, object string, opt WatchOptions, onFrame func([]byte) bool) error {
-	pub, err := ParseObjectID(object)
+	pub, err := parseObject(object)
 	if err != nil {
 		return err
 	}
 	via := pub
-	if opt.Via == "" && strings.Contains(pub.Program, ".") {
-		return fmt.Errorf("%w: %s is another tenant's object: attach the connection to one of yours with --via PROGRAM/ID", ErrBadRequest, object)
+	if opt.Via == "" && strings.Contains(pub.program, ".") {
+		return fmt.Errorf("%w: %s is another tenant's object: attach the connection to one of yours with --via PROGRAM/ID", errBadRequest, object)
 	}
 	if opt.Via != "" {
-		if via, err = ParseObjectID(opt.Via); err != nil {
+		if via, err = parseObject(opt.Via); err != nil {
 			return err
 		}
 	}
@@ -45,7 +45,7 @@ func (c *Client) Watch(ctx context.Context, object string, opt WatchOptions, onF
 		return err
 	}
 	u.Scheme = strings.Replace(u.Scheme, "http", "ws", 1)
-	u.Path += "/v1/objects/" + url.PathEscape(via.Program) + "/" + url.PathEscape(via.ID) + "/connect"
+	u.Path += via.path() + "/connect"
 	h := http.Header{}
 	if c.Token != "" {
 		h.Set("Authorization", "Bearer "+c.Token)

@@ -1,4 +1,14 @@
-package host
+// Package client is the Go client of a node's HTTP API: upload programs,
+// call objects' methods, follow an object over a WebSocket connection
+// (Watch) or read its stream of server-sent events (Subscribe), and the
+// inspection and operator routes the CLI uses.
+//
+// It imports no server code, so a program that only talks to nodes (the
+// CLI's client commands, the benchmark driver) does not link NATS, wazero
+// or SQLite. The node imports it for the wire types they share (Program).
+// Object names are checked here by the node's rules, with the node's
+// messages, so a bad name fails before any request is sent.
+package client
 
 import (
 	"bufio"
@@ -11,6 +21,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Client talks to a node's HTTP API.
@@ -25,11 +36,24 @@ type Client struct {
 
 // APIError is an error reply from the API.
 type APIError struct {
-	Status  int
+	// Status is the reply's HTTP status.
+	Status int
+	// Message is the node's {"error": ...} text, else the reply's body.
 	Message string
 }
 
 func (e *APIError) Error() string { return fmt.Sprintf("%s (HTTP %d)", e.Message, e.Status) }
+
+// Program is one version of an uploaded program, as the node reports it.
+type Program struct {
+	Name     string    `json:"name"`
+	Version  int       `json:"version"`
+	Digest   string    `json:"digest"`
+	Size     int       `json:"size"`
+	Exports  []string  `json:"exports"`
+	Handlers []string  `json:"handlers"`
+	Created  time.Time `json:"created"`
+}
 
 // send sends one request with the client's token.
 func (c *Client) send(ctx context.Context, method, path string, body []byte) (*http.Response, error) {
@@ -85,11 +109,11 @@ func (c *Client) Upload(ctx context.Context, name string, wasm []byte) (Program,
 
 // Call calls method on object ("program/id") and returns the reply.
 func (c *Client) Call(ctx context.Context, object, method string, payload []byte) ([]byte, error) {
-	id, err := ParseObjectID(object)
+	id, err := parseObject(object)
 	if err != nil {
 		return nil, err
 	}
-	out, _, err := c.do(ctx, http.MethodPost, "/v1/objects/"+url.PathEscape(id.Program)+"/"+url.PathEscape(id.ID)+"/"+url.PathEscape(method), payload)
+	out, _, err := c.do(ctx, http.MethodPost, id.path()+"/"+url.PathEscape(method), payload)
 	return out, err
 }
 
@@ -125,6 +149,50 @@ func (c *Client) Delete(ctx context.Context, path string, v any) error {
 	return json.Unmarshal(out, v)
 }
 
+// The methods below decode the node's JSON reply into v, as Get does: a
+// *json.RawMessage keeps the document as the node sent it.
+
+// Programs lists the latest version of every program, or, when name is
+// set, every version of that one: GET /v1/programs[/NAME].
+func (c *Client) Programs(ctx context.Context, name string, v any) error {
+	path := "/v1/programs"
+	if name != "" {
+		path += "/" + url.PathEscape(name)
+	}
+	return c.Get(ctx, path, v)
+}
+
+// Edges lists object's edges, its approved followers with their nodes,
+// topics and cursors: GET /v1/objects/PROGRAM/ID/edges.
+func (c *Client) Edges(ctx context.Context, object string, v any) error {
+	id, err := parseObject(object)
+	if err != nil {
+		return err
+	}
+	return c.Get(ctx, id.path()+"/edges", v)
+}
+
+// Unfollow removes one of object's edges by the id Edges shows:
+// DELETE /v1/objects/PROGRAM/ID/edges/EDGE.
+func (c *Client) Unfollow(ctx context.Context, object, edge string, v any) error {
+	id, err := parseObject(object)
+	if err != nil {
+		return err
+	}
+	return c.Delete(ctx, id.path()+"/edges/"+url.PathEscape(edge), v)
+}
+
+// Cluster lists the cluster's live nodes: GET /v1/cluster.
+func (c *Client) Cluster(ctx context.Context, v any) error {
+	return c.Get(ctx, "/v1/cluster", v)
+}
+
+// Whoami reports the token's tenant, its limits and its use on the node:
+// GET /v1/whoami.
+func (c *Client) Whoami(ctx context.Context, v any) error {
+	return c.Get(ctx, "/v1/whoami", v)
+}
+
 // SubscribeOptions shape a stream subscription.
 type SubscribeOptions struct {
 	// Topic limits the stream to one topic ("" for all).
@@ -140,7 +208,7 @@ type SubscribeOptions struct {
 // (the forward envelope) until f returns false, ctx ends, or the stream
 // ends; a stream that ends on an error returns it.
 func (c *Client) Subscribe(ctx context.Context, object string, o SubscribeOptions, f func(data []byte) bool) error {
-	id, err := ParseObjectID(object)
+	id, err := parseObject(object)
 	if err != nil {
 		return err
 	}
@@ -154,7 +222,7 @@ func (c *Client) Subscribe(ctx context.Context, object string, o SubscribeOption
 	if o.After != nil {
 		q.Set("after", strconv.FormatUint(*o.After, 10))
 	}
-	resp, err := c.send(ctx, http.MethodGet, "/v1/objects/"+url.PathEscape(id.Program)+"/"+url.PathEscape(id.ID)+"/stream?"+q.Encode(), nil)
+	resp, err := c.send(ctx, http.MethodGet, id.path()+"/stream?"+q.Encode(), nil)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
