@@ -71,10 +71,11 @@ func (s *shaper) run(ctx context.Context, pr client.Program, id ObjectID, ev *ab
 		return nil, err
 	}
 	tu := s.usage.of(tenantOf(id.Program))
-	if err := tu.acquire(ctx); err != nil {
+	release, err := tu.acquire(ctx)
+	if err != nil {
 		return nil, err
 	}
-	defer tu.release()
+	defer release()
 	inst, err := s.take(ctx, pool, tu)
 	if err != nil {
 		return nil, err

@@ -202,23 +202,30 @@ func (u *usage) of(tenant string) *tenantUse {
 	return nu
 }
 
-// acquire takes one of the tenant's handler slots, waiting for one.
-func (tu *tenantUse) acquire(ctx context.Context) error {
-	if tu == nil {
-		return nil
+// acquire takes one of the tenant's handler slots, waiting for one, and
+// returns its release. A call chain that already holds one of this
+// tenant's slots (a handler's follow runs the publisher's hook on its
+// behalf) takes no second one: with the limit at one slot it would wait
+// for itself until its budget ran out.
+func (tu *tenantUse) acquire(ctx context.Context) (release func(), err error) {
+	if tu == nil || ctx.Value(slotKey{tu.name}) != nil {
+		return func() {}, nil
 	}
 	select {
 	case tu.sem <- struct{}{}:
-		return nil
+		return func() { <-tu.sem }, nil
 	case <-ctx.Done():
-		return fmt.Errorf("%w: waiting for one of tenant %s's %d handler slots: %v", ErrUnavailable, tu.name, tu.lim.Concurrency, ctx.Err())
+		return nil, fmt.Errorf("%w: waiting for one of tenant %s's %d handler slots: %v", ErrUnavailable, tu.name, tu.lim.Concurrency, ctx.Err())
 	}
 }
 
-func (tu *tenantUse) release() {
-	if tu != nil {
-		<-tu.sem
-	}
+// slotKey marks a context whose call chain holds one of tenant's handler
+// slots.
+type slotKey struct{ tenant string }
+
+// holdingSlot marks ctx as holding one of tenant's handler slots.
+func holdingSlot(ctx context.Context, tenant string) context.Context {
+	return context.WithValue(ctx, slotKey{tenant}, true)
 }
 
 // openConn counts one more WebSocket connection or stream against the

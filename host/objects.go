@@ -378,10 +378,11 @@ func (o *object) handle(ctx context.Context, run func(h *objectHost) error) erro
 	tu := o.node.usage.of(tenantOf(o.id.Program))
 	// One of the tenant's handler slots: a tenant's runaway objects wait
 	// for each other, not for the node.
-	if err := tu.acquire(ctx); err != nil {
+	release, err := tu.acquire(ctx)
+	if err != nil {
 		return err
 	}
-	defer tu.release()
+	defer release()
 	if err := o.ready(ctx); err != nil {
 		return err
 	}
@@ -520,7 +521,9 @@ func (h *objectHost) Follow(ctx context.Context, req abi.FollowRequest) error {
 	req.Kind = abi.FollowerObject
 	req.Follower = h.o.id.String()
 	req.Tenant = who.tenant
-	_, err = h.o.node.Follow(ctx, pub, req)
+	// This handler holds one of its tenant's slots; a hook it waits for
+	// runs on that slot.
+	_, err = h.o.node.Follow(holdingSlot(ctx, who.tenant), pub, req)
 	return guestFollowErr(err)
 }
 

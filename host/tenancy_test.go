@@ -457,6 +457,24 @@ func TestTenantLimits(t *testing.T) {
 		c.CloseNow()
 		d.CloseNow()
 	})
+	// A handler's follow runs the publisher's hook on the handler's own
+	// slot: with one slot it does not wait for itself until its budget.
+	t.Run("follow_with_one_handler_slot", func(t *testing.T) {
+		tok := mkTenant(t, n, op, "oneslot", `{"concurrency":1}`)
+		wantStatus(t, tenantUpload(t, n, tok, "chat", "chat-rust"), http.StatusCreated, "upload chat")
+		wantStatus(t, tenantUpload(t, n, tok, "tally", "tally-rust"), http.StatusCreated, "upload tally")
+		wantStatus(t, as(t, n, tok, http.MethodPost, "/v1/objects/chat/r/post", []byte(`{"author":"a","text":"first"}`)), http.StatusOK, "post")
+		start := time.Now()
+		wantStatus(t, as(t, n, tok, http.MethodPost, "/v1/objects/tally/t/follow", []byte(`{"publisher":"chat/r"}`)), http.StatusOK, "follow from a handler")
+		if d := time.Since(start); d > time.Second {
+			t.Fatalf("the follow took %v: it waited for a second handler slot", d)
+		}
+		wantStatus(t, as(t, n, tok, http.MethodPost, "/v1/objects/chat/r/post", []byte(`{"author":"b","text":"counted"}`)), http.StatusOK, "post")
+		eventually(t, 10*time.Second, "the follower counts the post", func() bool {
+			r := as(t, n, tok, http.MethodPost, "/v1/objects/tally/t/counts", nil)
+			return bytes.Contains(r.body, []byte(`"total":1`))
+		})
+	})
 	t.Run("publish_rate", func(t *testing.T) {
 		tok := mkTenant(t, n, op, "rate", `{"publish_rate":0.001,"publish_burst":3}`)
 		wantStatus(t, tenantUpload(t, n, tok, "chat", "chat-rust"), http.StatusCreated, "upload")
