@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -296,8 +295,8 @@ func (n *Node) Follow(ctx context.Context, publisherID ObjectID, req abi.FollowR
 		reply, err := n.request(ctx, node, opFollow, m, n.remoteTimeout())
 		if err != nil {
 			var re *remoteError
-			if errors.As(err, &re) && re.status == 403 {
-				return &vm.RefusedError{Reason: strings.TrimPrefix(re.msg, "follow refused: ")}
+			if errors.As(err, &re) && re.code == codeRefused {
+				return &vm.RefusedError{Reason: re.reason}
 			}
 			return err
 		}

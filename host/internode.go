@@ -15,11 +15,16 @@ import (
 	"github.com/durable-host/host/delivery"
 	"github.com/durable-host/host/host/cluster"
 	"github.com/durable-host/host/store"
+	"github.com/durable-host/host/vm"
 )
 
 // Inter-node calls are NATS request/reply on per-node subjects:
-// host.node.<id>.<op>. Each reply carries a Status header (an HTTP status;
-// 200 = ok) and, on failure, an Error header.
+// host.node.<id>.<op>. A request carries the time its caller still waits
+// (a Timeout header, in ns): the handler's context ends then, so a
+// forwarded call stops waiting for an object's lock when its caller has
+// given up. Each reply carries a Status header (an HTTP status; 200 = ok)
+// and, on failure, a Code header the caller branches on (never the error's
+// text) and an Error header, the message for people.
 const (
 	opCall     = "call"
 	opFollow   = "follow"
@@ -40,13 +45,58 @@ func nodeSubject(node, op string) string { return "host.node." + node + "." + op
 // unplaced follower route its edges at once.
 const placedSubject = "host.placed"
 
-// remoteError is an error that crossed from another node, keeping its status.
+// remoteError is an error that crossed from another node, keeping its
+// status and its code.
 type remoteError struct {
 	status int
+	code   string
 	msg    string
+	reason string // a refused follow's reason, as the hook gave it
 }
 
 func (e *remoteError) Error() string { return e.msg }
+
+// Unwrap is the sentinel the code names, so errors.Is holds across nodes.
+func (e *remoteError) Unwrap() error { return codeErrors[e.code] }
+
+// Error codes across nodes: each names one sentinel (or a refusal).
+const (
+	codeNotHome           = "not_home"
+	codeRefused           = "refused"
+	codeBadRequest        = "bad_request"
+	codeTooLarge          = "too_large"
+	codeUnavailable       = "unavailable"
+	codeObjectUnavailable = "object_unavailable"
+	codeUnknownProgram    = "unknown_program"
+	codeUnknownObject     = "unknown_object"
+	codeNotFound          = "not_found"
+	codeConflict          = "conflict"
+	codeShuttingDown      = "shutting_down"
+	codeOther             = "error"
+)
+
+// codeErrors maps a code to its sentinel; most specific first in codeOf.
+var codeErrors = map[string]error{
+	codeNotHome: errNotHome, codeBadRequest: ErrBadRequest, codeTooLarge: ErrTooLarge,
+	codeObjectUnavailable: ErrObjectUnavailable, codeUnavailable: ErrUnavailable,
+	codeUnknownProgram: ErrUnknownProgram, codeUnknownObject: ErrUnknownObject,
+	codeNotFound: ErrNotFound, codeConflict: ErrConflict, codeShuttingDown: ErrShuttingDown,
+}
+
+// codeOf is the code an error crosses with.
+func codeOf(err error) string {
+	var re *vm.RefusedError
+	if errors.As(err, &re) {
+		return codeRefused
+	}
+	for _, c := range []string{codeNotHome, codeObjectUnavailable, codeShuttingDown, codeUnknownProgram,
+		codeUnknownObject, codeBadRequest, codeTooLarge, codeNotFound, codeConflict, codeUnavailable} {
+		if errors.Is(err, codeErrors[c]) {
+			return c
+		}
+	}
+	return codeOther
+}
 
 // errNotHome: the node asked does not hold the object (a stale directory
 // cache); the caller looks it up again.
@@ -57,8 +107,11 @@ var errNotHome = errors.New("not this object's home")
 var ErrObjectUnavailable = cluster.ErrObjectUnavailable
 
 const (
-	hdrStatus = "Status"
-	hdrError  = "Error"
+	hdrStatus  = "Status"
+	hdrCode    = "Code"
+	hdrError   = "Error"
+	hdrReason  = "Reason"
+	hdrTimeout = "Timeout"
 	hdrObject = "Object"
 	hdrMethod = "Method"
 	hdrArg    = "Arg"
@@ -66,7 +119,7 @@ const (
 
 // subscribe serves this node's inter-node subjects.
 func (n *Node) subscribe() error {
-	handlers := map[string]func(*nats.Msg) (*nats.Msg, error){
+	handlers := map[string]func(context.Context, *nats.Msg) (*nats.Msg, error){
 		opCall: n.rpcCall, opFollow: n.rpcFollow, opUnfollow: n.rpcUnfollow,
 		opEdges: n.rpcEdges, opRmEdge: n.rpcRemoveEdge, opPrune: n.rpcPrune,
 		opConns: n.rpcConns, opDeliver: n.rpcDeliver, opRange: n.rpcRange, opStream: n.rpcStream,
@@ -90,7 +143,9 @@ func (n *Node) subscribe() error {
 			n.rpcs.Add(1)
 			go func() {
 				defer n.rpcs.Done()
-				reply, err := h(m)
+				ctx, cancel := n.requestContext(m)
+				defer cancel()
+				reply, err := h(ctx, m)
 				if reply == nil {
 					reply = nats.NewMsg(m.Reply)
 				}
@@ -100,11 +155,12 @@ func (n *Node) subscribe() error {
 				}
 				if err != nil {
 					reply.Header.Set(hdrStatus, strconv.Itoa(statusOf(err)))
-					msg := err.Error()
-					if !errors.Is(err, errNotHome) {
-						msg = n.apiMessage(err)
+					reply.Header.Set(hdrCode, codeOf(err))
+					reply.Header.Set(hdrError, n.apiMessage(err))
+					var re *vm.RefusedError
+					if errors.As(err, &re) {
+						reply.Header.Set(hdrReason, re.Reason)
 					}
-					reply.Header.Set(hdrError, msg)
 				} else {
 					reply.Header.Set(hdrStatus, "200")
 				}
@@ -128,6 +184,12 @@ func (n *Node) request(ctx context.Context, node, op string, m *nats.Msg, timeou
 	m.Subject = nodeSubject(node, op)
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	if m.Header == nil {
+		m.Header = nats.Header{}
+	}
+	if d, ok := rctx.Deadline(); ok {
+		m.Header.Set(hdrTimeout, strconv.FormatInt(int64(time.Until(d)), 10))
+	}
 	// Counted before sending: a socket may have the event before the reply.
 	n.metrics.observeRemote(op, len(m.Data))
 	reply, err := n.nats.nc.RequestMsgWithContext(rctx, m)
@@ -138,14 +200,23 @@ func (n *Node) request(ctx context.Context, node, op string, m *nats.Msg, timeou
 		return nil, fmt.Errorf("%w: node %s: %v", ErrUnavailable, node, err)
 	}
 	if st := reply.Header.Get(hdrStatus); st != "200" {
-		code, _ := strconv.Atoi(st)
-		msg := reply.Header.Get(hdrError)
-		if msg == errNotHome.Error() {
+		status, _ := strconv.Atoi(st)
+		code := reply.Header.Get(hdrCode)
+		if code == codeNotHome {
 			return nil, errNotHome
 		}
-		return nil, &remoteError{status: code, msg: msg}
+		return nil, &remoteError{status: status, code: code, msg: reply.Header.Get(hdrError), reason: reply.Header.Get(hdrReason)}
 	}
 	return reply, nil
+}
+
+// requestContext is the context an inter-node request is served under: it
+// ends when the caller stops waiting (the Timeout it sent), or at shutdown.
+func (n *Node) requestContext(m *nats.Msg) (context.Context, context.CancelFunc) {
+	if v, err := strconv.ParseInt(m.Header.Get(hdrTimeout), 10, 64); err == nil && v > 0 {
+		return context.WithTimeout(n.bgContext, time.Duration(v))
+	}
+	return context.WithCancel(n.bgContext)
 }
 
 // remoteTimeout bounds a forwarded call: the home may have to activate the
@@ -178,13 +249,12 @@ func (n *Node) ensureHome(ctx context.Context, obj ObjectID) error {
 
 // atHome reads the object of an inter-node request and checks that this
 // node is its home.
-func (n *Node) atHome(m *nats.Msg) (context.Context, ObjectID, error) {
+func (n *Node) atHome(ctx context.Context, m *nats.Msg) (ObjectID, error) {
 	id, err := msgObject(m)
 	if err != nil {
-		return nil, id, err
+		return id, err
 	}
-	ctx := context.Background()
-	return ctx, id, n.ensureHome(ctx, id)
+	return id, n.ensureHome(ctx, id)
 }
 
 // onHome runs local on obj's home: here, or forwarded over NATS by remote.
@@ -210,8 +280,8 @@ func (n *Node) onHome(ctx context.Context, obj ObjectID, local func() error, rem
 	}
 }
 
-func (n *Node) rpcCall(m *nats.Msg) (*nats.Msg, error) {
-	ctx, id, err := n.atHome(m)
+func (n *Node) rpcCall(ctx context.Context, m *nats.Msg) (*nats.Msg, error) {
+	id, err := n.atHome(ctx, m)
 	if err != nil {
 		return nil, err
 	}
@@ -234,8 +304,8 @@ func (n *Node) forwardCall(ctx context.Context, node string, id ObjectID, method
 	return reply.Data, nil
 }
 
-func (n *Node) rpcFollow(m *nats.Msg) (*nats.Msg, error) {
-	ctx, id, err := n.atHome(m)
+func (n *Node) rpcFollow(ctx context.Context, m *nats.Msg) (*nats.Msg, error) {
+	id, err := n.atHome(ctx, m)
 	if err != nil {
 		return nil, err
 	}
@@ -251,8 +321,8 @@ func (n *Node) rpcFollow(m *nats.Msg) (*nats.Msg, error) {
 	return &nats.Msg{Data: b}, nil
 }
 
-func (n *Node) rpcUnfollow(m *nats.Msg) (*nats.Msg, error) {
-	ctx, id, err := n.atHome(m)
+func (n *Node) rpcUnfollow(ctx context.Context, m *nats.Msg) (*nats.Msg, error) {
+	id, err := n.atHome(ctx, m)
 	if err != nil {
 		return nil, err
 	}
@@ -267,8 +337,8 @@ func (n *Node) rpcUnfollow(m *nats.Msg) (*nats.Msg, error) {
 	return &nats.Msg{Data: []byte(strconv.FormatBool(ok))}, nil
 }
 
-func (n *Node) rpcEdges(m *nats.Msg) (*nats.Msg, error) {
-	ctx, id, err := n.atHome(m)
+func (n *Node) rpcEdges(ctx context.Context, m *nats.Msg) (*nats.Msg, error) {
+	id, err := n.atHome(ctx, m)
 	if err != nil {
 		return nil, err
 	}
@@ -280,8 +350,8 @@ func (n *Node) rpcEdges(m *nats.Msg) (*nats.Msg, error) {
 	return &nats.Msg{Data: b}, nil
 }
 
-func (n *Node) rpcRemoveEdge(m *nats.Msg) (*nats.Msg, error) {
-	ctx, id, err := n.atHome(m)
+func (n *Node) rpcRemoveEdge(ctx context.Context, m *nats.Msg) (*nats.Msg, error) {
+	id, err := n.atHome(ctx, m)
 	if err != nil {
 		return nil, err
 	}
@@ -296,8 +366,8 @@ func (n *Node) rpcRemoveEdge(m *nats.Msg) (*nats.Msg, error) {
 	return &nats.Msg{Data: []byte(strconv.FormatBool(ok))}, nil
 }
 
-func (n *Node) rpcPrune(m *nats.Msg) (*nats.Msg, error) {
-	ctx, id, err := n.atHome(m)
+func (n *Node) rpcPrune(ctx context.Context, m *nats.Msg) (*nats.Msg, error) {
+	id, err := n.atHome(ctx, m)
 	if err != nil {
 		return nil, err
 	}
@@ -307,7 +377,7 @@ func (n *Node) rpcPrune(m *nats.Msg) (*nats.Msg, error) {
 
 // rpcConns is the receiving node's half of a connection batch: decode once,
 // slice into this node's inboxes, report refusals and missing sockets.
-func (n *Node) rpcConns(m *nats.Msg) (*nats.Msg, error) {
+func (n *Node) rpcConns(ctx context.Context, m *nats.Msg) (*nats.Msg, error) {
 	b, err := delivery.DecodeConnBatch(m.Data)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadRequest, err)
@@ -317,12 +387,12 @@ func (n *Node) rpcConns(m *nats.Msg) (*nats.Msg, error) {
 	return &nats.Msg{Data: out}, nil
 }
 
-func (n *Node) rpcDeliver(m *nats.Msg) (*nats.Msg, error) {
+func (n *Node) rpcDeliver(ctx context.Context, m *nats.Msg) (*nats.Msg, error) {
 	d, err := delivery.DecodeObjectDelivery(m.Data)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
-	res, err := n.receive(context.Background(), d)
+	res, err := n.receive(ctx, d)
 	if err != nil {
 		return nil, err
 	}
@@ -332,7 +402,7 @@ func (n *Node) rpcDeliver(m *nats.Msg) (*nats.Msg, error) {
 
 // rpcRange serves a range of this node's copy of a publisher's log: the
 // holder's part of the read path.
-func (n *Node) rpcRange(m *nats.Msg) (*nats.Msg, error) {
+func (n *Node) rpcRange(ctx context.Context, m *nats.Msg) (*nats.Msg, error) {
 	d, err := delivery.DecodeObjectDelivery(m.Data)
 	if err != nil || d.Range == nil {
 		return nil, fmt.Errorf("%w: range request", ErrBadRequest)
@@ -341,7 +411,7 @@ func (n *Node) rpcRange(m *nats.Msg) (*nats.Msg, error) {
 	if err != nil {
 		return nil, err
 	}
-	evs, err := store.Read(context.Background(), n.objectPath(pub), d.RangeQuery())
+	evs, err := store.Read(ctx, n.objectPath(pub), d.RangeQuery())
 	if err != nil {
 		return nil, err
 	}

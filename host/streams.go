@@ -101,8 +101,8 @@ func (n *Node) readStream(ctx context.Context, obj ObjectID, q streamQuery) ([]a
 	return evs, err
 }
 
-func (n *Node) rpcStream(m *nats.Msg) (*nats.Msg, error) {
-	ctx, id, err := n.atHome(m)
+func (n *Node) rpcStream(ctx context.Context, m *nats.Msg) (*nats.Msg, error) {
+	id, err := n.atHome(ctx, m)
 	if err != nil {
 		return nil, err
 	}

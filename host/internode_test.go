@@ -1,0 +1,50 @@
+package host_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/durable-host/host/host"
+	hclient "github.com/durable-host/host/host/client"
+)
+
+// A forwarded call carries its caller's deadline: the home stops waiting
+// for the object's lock when the caller has given up, so the call does not
+// run later behind the caller's back.
+func TestForwardedCallCarriesItsDeadline(t *testing.T) {
+	t.Parallel()
+	nodes := clusterOf(t, 2, func(_ int, c *host.Config) { c.VM.Budget = 3 * time.Second })
+	home := &hclient.Client{Base: nodes[0].URL()}
+	obj := host.ObjectID{Program: "hostile", ID: "h1"}
+	dcall(t, home, "hostile/h1", "ok", "") // the home is node 0
+	okBefore := metric(t, home, `host_calls_total{result="ok"}`)
+	loopDone := make(chan struct{})
+	go func() {
+		defer close(loopDone)
+		home.Call(context.Background(), "hostile/h1", "loop", nil) // holds the lock for the budget
+	}()
+	waitUntil(t, "the loop holds the object", 10*time.Second, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		_, err := nodes[0].Call(ctx, obj, "ok", nil)
+		return errors.Is(err, context.DeadlineExceeded)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	if _, err := nodes[1].Call(ctx, obj, "ok", nil); err == nil {
+		t.Fatal("a call behind a 3 s loop answered within its 500 ms deadline")
+	}
+	<-loopDone
+	// Had the home kept waiting, the call would run now that the lock is
+	// free.
+	deadline := time.Now().Add(1500 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		if got := metric(t, home, `host_calls_total{result="ok"}`); got != okBefore {
+			t.Fatalf("the forwarded call ran on the home after its caller gave up (%v ok calls, want %v)", got, okBefore)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
