@@ -112,9 +112,9 @@ const (
 	hdrError   = "Error"
 	hdrReason  = "Reason"
 	hdrTimeout = "Timeout"
-	hdrObject = "Object"
-	hdrMethod = "Method"
-	hdrArg    = "Arg"
+	hdrObject  = "Object"
+	hdrMethod  = "Method"
+	hdrArg     = "Arg"
 )
 
 // subscribe serves this node's inter-node subjects.

@@ -47,4 +47,3 @@ func TestForwardedCallCarriesItsDeadline(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
-
