@@ -6,8 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/durable-host/host/abi"
 	"github.com/durable-host/host/host"
 	hclient "github.com/durable-host/host/host/client"
+	"github.com/durable-host/host/vm"
 )
 
 // A forwarded call carries its caller's deadline: the home stops waiting
@@ -45,5 +47,27 @@ func TestForwardedCallCarriesItsDeadline(t *testing.T) {
 			t.Fatalf("the forwarded call ran on the home after its caller gave up (%v ok calls, want %v)", got, okBefore)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A follow refused by a hook on another node is a refusal with the hook's
+// own reason, from a handler (the guest sees it refused) and from a socket.
+func TestRefusedFollowAcrossNodesKeepsItsReason(t *testing.T) {
+	t.Parallel()
+	nodes := clusterOf(t, 2, nil)
+	home := &hclient.Client{Base: nodes[0].URL()}
+	away := &hclient.Client{Base: nodes[1].URL()}
+	dcall(t, home, "chat/locked", "set_key", `{"key":"k1"}`) // the room homes on node 0
+	_, err := nodes[1].Follow(context.Background(), host.ObjectID{Program: "chat", ID: "locked"},
+		abi.FollowRequest{Kind: abi.FollowerObject, Follower: "tally/t1", Topic: "messages"})
+	var re *vm.RefusedError
+	if !errors.As(err, &re) || re.Reason != "this room needs its key" {
+		t.Fatalf("a refused follow through another node: %v, want a refusal saying \"this room needs its key\"", err)
+	}
+	ws := dial(t, away, "chat/w")
+	send(t, ws, map[string]string{"type": "follow", "object": "chat/locked", "topic": "messages"})
+	f := readUntil(t, ws, "error")
+	if msg, _ := f["error"].(string); msg != "follow refused by chat/locked: this room needs its key" {
+		t.Fatalf("a socket's refused follow across nodes: %q", msg)
 	}
 }
