@@ -17,12 +17,15 @@ import (
 // run later behind the caller's back.
 func TestForwardedCallCarriesItsDeadline(t *testing.T) {
 	t.Parallel()
-	nodes := clusterOf(t, 2, func(_ int, c *host.Config) { c.VM.Budget = 3 * time.Second })
+	// The loop holds the lock for its whole budget, far longer than the
+	// caller waits, so the lock is never free before the caller's
+	// deadline however late the probe sees it held.
+	nodes := clusterOf(t, 2, func(_ int, c *host.Config) { c.VM.Budget = 8 * time.Second })
 	home := &hclient.Client{Base: nodes[0].URL()}
 	obj := host.ObjectID{Program: "hostile", ID: "h1"}
 	dcall(t, home, "hostile/h1", "ok", "") // the home is node 0
-	okBefore := metric(t, home, `host_calls_total{result="ok"}`)
 	loopDone := make(chan struct{})
+	loopStart := time.Now()
 	go func() {
 		defer close(loopDone)
 		home.Call(context.Background(), "hostile/h1", "loop", nil) // holds the lock for the budget
@@ -33,10 +36,16 @@ func TestForwardedCallCarriesItsDeadline(t *testing.T) {
 		_, err := nodes[0].Call(ctx, obj, "ok", nil)
 		return errors.Is(err, context.DeadlineExceeded)
 	})
+	// Counted once the loop holds the object: a probe that ran before it
+	// did was an ok call.
+	okBefore := metric(t, home, `host_calls_total{result="ok"}`)
+	if held := time.Since(loopStart); held > 6*time.Second {
+		t.Fatalf("the probe saw the lock held only %v into an 8 s loop: too late to test a 500 ms deadline", held)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	if _, err := nodes[1].Call(ctx, obj, "ok", nil); err == nil {
-		t.Fatal("a call behind a 3 s loop answered within its 500 ms deadline")
+		t.Fatal("a call behind an 8 s loop answered within its 500 ms deadline")
 	}
 	<-loopDone
 	// Had the home kept waiting, the call would run now that the lock is
