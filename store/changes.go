@@ -25,15 +25,15 @@ import (
 const (
 	opPut byte = iota + 1
 	opDelete
-	opAppend        // seq, topic, payload, time
-	opAddEdge       // id, kind, follower, node, topic, filter, cursor, created
-	opRemoveEdge    // kind, follower, topic
-	opRemoveEdgeID  // id
-	opRemoveFollow  // kind, follower
-	opConnFloor     // seq
-	opDueNow        // follower
-	opAdvanceEdge   // id, cursor, attempts, unplaced, due, node ("" keeps it)
-	opSetCursor     // publisher, topic, seq
+	opAppend       // seq, topic, payload, time
+	opAddEdge      // id, kind, follower, node, topic, filter, cursor, created
+	opRemoveEdge   // kind, follower, topic
+	opRemoveEdgeID // id
+	opRemoveFollow // kind, follower
+	opConnFloor    // seq
+	opDueNow       // follower
+	opAdvanceEdge  // id, cursor, attempts, unplaced, due, node ("" keeps it)
+	opSetCursor    // publisher, topic, seq
 )
 
 // Position is how far a file is along its object's change stream: the
