@@ -72,6 +72,11 @@ func (f *File) SetShipper(s Shipper) { f.ship = s }
 
 // Position returns the file's position on its change stream.
 func (f *File) Position() (Position, error) {
+	return f.pos, nil
+}
+
+// readPosition reads the position from the file.
+func (f *File) readPosition() (Position, error) {
 	var p Position
 	var applied, seq, sum int64
 	err := f.conn.QueryRowContext(bg, `SELECT applied, seq, sum FROM replication WHERE one = 1`).Scan(&applied, &seq, &sum)
@@ -93,6 +98,7 @@ func (t *Tx) SetPosition(p Position) error {
 	if err != nil {
 		return fmt.Errorf("replication position: %w", err)
 	}
+	t.pos = &p
 	return nil
 }
 

@@ -113,7 +113,7 @@ func (f *File) init(ctx context.Context) error {
 	prep(&f.floorGet, `SELECT COALESCE((SELECT cursor FROM conn_floor WHERE one = 1), 0)`)
 	prep(&f.floorPut, `INSERT INTO conn_floor (one, cursor) VALUES (1, ?) ON CONFLICT (one) DO UPDATE SET cursor = MAX(cursor, excluded.cursor)`)
 	if err == nil {
-		f.pos, err = f.Position()
+		f.pos, err = f.readPosition()
 	}
 	return err
 }
@@ -148,8 +148,10 @@ type Tx struct {
 	dropEdges bool
 	patches   []func([]Edge)
 
-	// ops is the change set so far, when capture is on.
+	// ops is the change set so far, when capture is on; pos is the
+	// position SetPosition wrote, the file's once committed.
 	ops []byte
+	pos *Position
 }
 
 // Begin starts a write transaction. SQLite calls use a background context:
@@ -180,7 +182,6 @@ func (t *Tx) Commit() error {
 			t.f.edges = nil
 			return fmt.Errorf("commit: %w", err)
 		}
-		t.f.pos = pos
 	}
 	if _, err := t.f.conn.ExecContext(context.Background(), "COMMIT"); err != nil {
 		t.f.conn.ExecContext(context.Background(), "ROLLBACK")
@@ -190,6 +191,9 @@ func (t *Tx) Commit() error {
 			return fmt.Errorf("commit: %w: %v", ErrBehind, err)
 		}
 		return fmt.Errorf("commit: %w", err)
+	}
+	if t.pos != nil {
+		t.f.pos = *t.pos
 	}
 	switch {
 	case t.dropEdges:
