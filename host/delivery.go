@@ -576,4 +576,7 @@ func (n *Node) nodeGone(id string) {
 	for _, o := range n.objects.activeIDs() {
 		n.kick(o)
 	}
+	if n.replicas != nil {
+		go n.takeOver(id)
+	}
 }

@@ -36,6 +36,7 @@ const (
 	opDeliver  = "deliver"
 	opRange    = "range"
 	opStream   = "stream"
+	opReplica  = "replica"
 )
 
 func nodeSubject(node, op string) string { return "host.node." + node + "." + op }
@@ -123,6 +124,7 @@ func (n *Node) subscribe() error {
 		opCall: n.rpcCall, opFollow: n.rpcFollow, opUnfollow: n.rpcUnfollow,
 		opEdges: n.rpcEdges, opRmEdge: n.rpcRemoveEdge, opPrune: n.rpcPrune,
 		opConns: n.rpcConns, opDeliver: n.rpcDeliver, opRange: n.rpcRange, opStream: n.rpcStream,
+		opReplica: n.rpcReplica,
 	}
 	placed, err := n.nats.nc.Subscribe(placedSubject, func(m *nats.Msg) {
 		n.rpcs.Add(1)

@@ -42,7 +42,8 @@ const (
 	hdrApplied = "Host-Applied" // the position's count after this change set
 	hdrSum     = "Host-Sum"     // the rolling checksum after it, hex
 	hdrEnc     = "Host-Enc"     // "zstd" or absent (raw)
-	hdrMark    = "Host-Mark"    // a takeover mark: no changes, the new home's id
+	hdrMark    = "Host-Mark"    // present on a takeover mark (no changes)
+	hdrNode    = "Host-Node"    // the node that shipped it
 )
 
 // Errors.
@@ -129,9 +130,10 @@ const minCompress = 64
 // returns the position after it. JetStream refuses it unless the subject's
 // last message is the one at names (expected last subject sequence): a
 // node whose object was taken over gets ErrFenced.
-func (l *Log) Ship(ctx context.Context, subject string, changes []byte, at store.Position) (store.Position, error) {
+func (l *Log) Ship(ctx context.Context, subject, node string, changes []byte, at store.Position) (store.Position, error) {
 	next := store.Position{Applied: at.Applied + 1, Sum: Chain(at.Sum, changes)}
 	m := nats.NewMsg(subject)
+	m.Header.Set(hdrNode, node)
 	m.Header.Set(hdrApplied, strconv.FormatUint(next.Applied, 10))
 	m.Header.Set(hdrSum, strconv.FormatUint(next.Sum, 16))
 	m.Data = changes
@@ -155,13 +157,13 @@ func (l *Log) Ship(ctx context.Context, subject string, changes []byte, at store
 	return next, nil
 }
 
-// Shipper returns a store.Shipper shipping to subject, each publish
-// bounded by timeout.
-func (l *Log) Shipper(subject string, timeout time.Duration) store.Shipper {
+// Shipper returns a store.Shipper shipping node's changes to subject, each
+// publish bounded by timeout.
+func (l *Log) Shipper(subject, node string, timeout time.Duration) store.Shipper {
 	return func(changes []byte, at store.Position) (store.Position, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
-		return l.Ship(ctx, subject, changes, at)
+		return l.Ship(ctx, subject, node, changes, at)
 	}
 }
 
@@ -170,45 +172,66 @@ func isWrongLast(err error) bool {
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }
 
-// Last returns the stream sequence of subject's last change set (0: none).
-func (l *Log) Last(ctx context.Context, subject string) (uint64, error) {
+// Tail is the last change set of an object's stream.
+type Tail struct {
+	Seq     uint64 `json:"seq"`     // its stream sequence (0: none)
+	Applied uint64 `json:"applied"` // the position count it brings the object to
+	Node    string `json:"node"`    // the node that shipped it
+}
+
+// Last returns the last change set of subject.
+func (l *Log) Last(ctx context.Context, subject string) (Tail, error) {
 	m, err := l.stream.GetLastMsgForSubject(ctx, subject)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return 0, nil
+		return Tail{}, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("%w: change stream: %v", abi.ErrUnavailable, err)
+		return Tail{}, fmt.Errorf("%w: change stream: %v", abi.ErrUnavailable, err)
 	}
-	return m.Sequence, nil
+	return Tail{Seq: m.Sequence, Applied: Applied(m.Header), Node: m.Header.Get(hdrNode)}, nil
 }
 
 // Change is one change set read from the stream.
 type Change struct {
 	At      store.Position // the position after it
 	Changes []byte         // raw
-	Mark    string         // a takeover mark's node (no changes)
+	Node    string         // the node that shipped it
+	Mark    bool           // a takeover mark (no changes)
 }
 
-// decode checks a stored message against the position it must continue.
-func (l *Log) decode(m *jetstream.RawStreamMsg, at store.Position) (Change, error) {
-	applied, err1 := strconv.ParseUint(m.Header.Get(hdrApplied), 10, 64)
-	sum, err2 := strconv.ParseUint(m.Header.Get(hdrSum), 16, 64)
+// Applied is the position count a stored change set brings its object to
+// (0 when the message has none).
+func Applied(h nats.Header) uint64 {
+	v, _ := strconv.ParseUint(h.Get(hdrApplied), 10, 64)
+	return v
+}
+
+// Shipped returns the node that shipped a stored change set.
+func Shipped(h nats.Header) string { return h.Get(hdrNode) }
+
+// Decode checks a stored change set (stream sequence seq) against the
+// position it must continue: the next in count, and the rolling checksum
+// over its raw bytes as its home computed it. Anything else is
+// ErrDiverged.
+func (l *Log) Decode(seq uint64, h nats.Header, data []byte, at store.Position) (Change, error) {
+	applied, err1 := strconv.ParseUint(h.Get(hdrApplied), 10, 64)
+	sum, err2 := strconv.ParseUint(h.Get(hdrSum), 16, 64)
 	if err1 != nil || err2 != nil {
-		return Change{}, fmt.Errorf("%w: stream sequence %d has no position", ErrDiverged, m.Sequence)
+		return Change{}, fmt.Errorf("%w: stream sequence %d has no position", ErrDiverged, seq)
 	}
 	if applied != at.Applied+1 {
-		return Change{}, fmt.Errorf("%w: stream sequence %d is change %d, the copy is at %d", ErrDiverged, m.Sequence, applied, at.Applied)
+		return Change{}, fmt.Errorf("%w: stream sequence %d is change %d, the copy is at %d", ErrDiverged, seq, applied, at.Applied)
 	}
-	raw := m.Data
-	if m.Header.Get(hdrEnc) == "zstd" {
-		if raw, err1 = l.dec.DecodeAll(m.Data, nil); err1 != nil {
-			return Change{}, fmt.Errorf("%w: stream sequence %d: %v", ErrDiverged, m.Sequence, err1)
+	raw := data
+	if h.Get(hdrEnc) == "zstd" {
+		if raw, err1 = l.dec.DecodeAll(data, nil); err1 != nil {
+			return Change{}, fmt.Errorf("%w: stream sequence %d: %v", ErrDiverged, seq, err1)
 		}
 	}
 	if Chain(at.Sum, raw) != sum {
-		return Change{}, fmt.Errorf("%w: checksum mismatch at stream sequence %d (change %d)", ErrDiverged, m.Sequence, applied)
+		return Change{}, fmt.Errorf("%w: checksum mismatch at stream sequence %d (change %d)", ErrDiverged, seq, applied)
 	}
-	return Change{At: store.Position{Applied: applied, Seq: m.Sequence, Sum: sum}, Changes: raw, Mark: m.Header.Get(hdrMark)}, nil
+	return Change{At: store.Position{Applied: applied, Seq: seq, Sum: sum}, Changes: raw, Node: h.Get(hdrNode), Mark: h.Get(hdrMark) != ""}, nil
 }
 
 // Next returns the change set after at on subject, or ok false when at is
@@ -221,7 +244,7 @@ func (l *Log) Next(ctx context.Context, subject string, at store.Position) (c Ch
 	if err != nil {
 		return Change{}, false, fmt.Errorf("%w: change stream: %v", abi.ErrUnavailable, err)
 	}
-	c, err = l.decode(m, at)
+	c, err = l.Decode(m.Sequence, m.Header, m.Data, at)
 	return c, err == nil, err
 }
 
@@ -278,7 +301,8 @@ func (l *Log) Mark(ctx context.Context, subject, node string, f *store.File) (st
 	m := nats.NewMsg(subject)
 	m.Header.Set(hdrApplied, strconv.FormatUint(next.Applied, 10))
 	m.Header.Set(hdrSum, strconv.FormatUint(next.Sum, 16))
-	m.Header.Set(hdrMark, node)
+	m.Header.Set(hdrMark, "takeover")
+	m.Header.Set(hdrNode, node)
 	ack, err := l.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(at.Seq), jetstream.WithExpectStream(Stream))
 	if err != nil {
 		if isWrongLast(err) {

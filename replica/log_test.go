@@ -110,7 +110,7 @@ func TestShipAndCatchUp(t *testing.T) {
 	l, _ := runLog(t)
 	dir := t.TempDir()
 	home := openFile(t, filepath.Join(dir, "home.db"))
-	home.SetShipper(l.Shipper(subj, 5*time.Second))
+	home.SetShipper(l.Shipper(subj, "node-a", 5*time.Second))
 	for i := range 50 {
 		if err := write(home, fmt.Sprint("k", i%7), fmt.Sprint(i)); err != nil {
 			t.Fatal(err)
@@ -131,7 +131,7 @@ func TestShipAndCatchUp(t *testing.T) {
 	// Reopened, the home continues the stream.
 	home.Close()
 	home = openFile(t, filepath.Join(dir, "home.db"))
-	home.SetShipper(l.Shipper(subj, 5*time.Second))
+	home.SetShipper(l.Shipper(subj, "node-a", 5*time.Second))
 	if err := write(home, "after", "reopen"); err != nil {
 		t.Fatalf("a reopened home's write: %v", err)
 	}
@@ -150,7 +150,7 @@ func TestTakeoverFencesTheOldHome(t *testing.T) {
 	l, _ := runLog(t)
 	dir := t.TempDir()
 	old := openFile(t, filepath.Join(dir, "old.db"))
-	old.SetShipper(l.Shipper(subj, 5*time.Second))
+	old.SetShipper(l.Shipper(subj, "node-a", 5*time.Second))
 	if err := write(old, "a", "1"); err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +161,7 @@ func TestTakeoverFencesTheOldHome(t *testing.T) {
 	if _, err := l.Mark(t.Context(), subj, "node-b", next); err != nil {
 		t.Fatal(err)
 	}
-	next.SetShipper(l.Shipper(subj, 5*time.Second))
+	next.SetShipper(l.Shipper(subj, "node-a", 5*time.Second))
 	err := write(old, "a", "stale")
 	if !errors.Is(err, store.ErrFenced) {
 		t.Fatalf("the old home's write after the takeover: %v, want fenced", err)
@@ -196,7 +196,7 @@ func TestCorruptOrMissingChangesAreRefused(t *testing.T) {
 			l, js := runLog(t)
 			dir := t.TempDir()
 			home := openFile(t, filepath.Join(dir, "home.db"))
-			home.SetShipper(l.Shipper(subj, 5*time.Second))
+			home.SetShipper(l.Shipper(subj, "node-a", 5*time.Second))
 			for i := range 5 {
 				if err := write(home, "k", fmt.Sprint(i)); err != nil {
 					t.Fatal(err)

@@ -1,11 +1,13 @@
 package store
 
 import (
+	"context"
 	"database/sql"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc64"
+	"strings"
 
 	"github.com/durable-host/host/abi"
 )
@@ -44,7 +46,7 @@ const (
 type Position struct {
 	Applied uint64 `json:"applied"`
 	Seq     uint64 `json:"seq"`
-	Sum     uint64 `json:"sum"`
+	Sum     uint64 `json:"sum,string"`
 }
 
 // Shipper makes a transaction's changes durable elsewhere before it commits
@@ -85,6 +87,26 @@ func (f *File) readPosition() (Position, error) {
 	}
 	if err != nil {
 		return p, fmt.Errorf("replication position: %w", err)
+	}
+	return Position{Applied: uint64(applied), Seq: uint64(seq), Sum: uint64(sum)}, nil
+}
+
+// ReadPosition reads the position of the object file at path through a
+// read-only connection (the file may be in use); a file that does not exist
+// wraps os.ErrNotExist.
+func ReadPosition(ctx context.Context, path string) (Position, error) {
+	db, err := openReadOnly(path)
+	if err != nil {
+		return Position{}, err
+	}
+	defer db.Close()
+	var applied, seq, sum int64
+	err = db.QueryRowContext(ctx, `SELECT applied, seq, sum FROM replication WHERE one = 1`).Scan(&applied, &seq, &sum)
+	if errors.Is(err, sql.ErrNoRows) || err != nil && strings.Contains(err.Error(), "no such table") {
+		return Position{}, nil
+	}
+	if err != nil {
+		return Position{}, fmt.Errorf("replication position of %s: %w", path, err)
 	}
 	return Position{Applied: uint64(applied), Seq: uint64(seq), Sum: uint64(sum)}, nil
 }
