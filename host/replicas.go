@@ -61,12 +61,20 @@ type replicas struct {
 	logger *slog.Logger
 
 	// mu guards open, the copy files kept open (a handful: each change
-	// set applied reopens an evicted one). The consumer applies one
-	// change set at a time.
-	mu   sync.Mutex
-	open map[ObjectID]*store.File
-	cons jetstream.ConsumeContext
+	// set applied reopens an evicted one); it is held for no I/O. The
+	// consumer applies one change set at a time; copyMu serialises that
+	// with a takeover adopting the copy (held across the stream reads of
+	// a catch-up, which are bounded by opTimeout each).
+	mu     sync.Mutex
+	open   map[ObjectID]*store.File
+	copyMu sync.Mutex
+	cons   jetstream.ConsumeContext
 }
+
+// opTimeout bounds one read of the change stream: a stream without a
+// leader (an election after a node died) fails the read instead of
+// holding up the copy or the takeover behind it.
+const opTimeout = 5 * time.Second
 
 func (r *replicas) copyPath(id ObjectID) string {
 	return filepath.Join(r.dir, id.Program, id.ID+".db")
@@ -109,7 +117,12 @@ func (r *replicas) openHome(ctx context.Context, id ObjectID, path string, sync 
 	return f, nil
 }
 
-func (r *replicas) catchUpHome(ctx context.Context, id ObjectID, f *store.File) error {
+func (r *replicas) timed(id ObjectID, what string, start time.Time, err error) {
+	r.logger.Debug(what, slog.String("object", id.String()), slog.Duration("took", time.Since(start)), slog.Any("err", err))
+}
+
+func (r *replicas) catchUpHome(ctx context.Context, id ObjectID, f *store.File) (err error) {
+	defer r.timed(id, "catch up as home", time.Now(), err)
 	subj := subjectOf(id)
 	last, err := r.log.Last(ctx, subj)
 	if err != nil {
@@ -167,13 +180,10 @@ func setAside(path string) error {
 // current where the old home's file (if any, from an earlier life of this
 // data directory) may not be.
 func (r *replicas) adoptCopy(id ObjectID, path string) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.copyMu.Lock()
+	defer r.copyMu.Unlock()
+	r.closeCopy(id)
 	cp := r.copyPath(id)
-	if f := r.open[id]; f != nil {
-		f.Close()
-		delete(r.open, id)
-	}
 	if _, err := os.Stat(cp); err != nil {
 		return nil
 	}
@@ -211,13 +221,22 @@ func (r *replicas) stop() {
 	if r.cons != nil {
 		r.cons.Stop()
 	}
-	r.mu.Lock()
-	for id, f := range r.open {
-		f.Close()
-		delete(r.open, id)
+	r.copyMu.Lock()
+	defer r.copyMu.Unlock()
+	for _, id := range r.openIDs() {
+		r.closeCopy(id)
 	}
-	r.mu.Unlock()
 	r.log.Close()
+}
+
+func (r *replicas) openIDs() []ObjectID {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]ObjectID, 0, len(r.open))
+	for id := range r.open {
+		out = append(out, id)
+	}
+	return out
 }
 
 // objectOfSubject parses host.changes.PROGRAM.HEXID.
@@ -282,8 +301,8 @@ func (r *replicas) keeps(id ObjectID, home string) bool {
 // behind (it was made late, or this node was away) caught up from the
 // stream first. A copy that does not continue the stream is made again.
 func (r *replicas) apply(ctx context.Context, id ObjectID, seq uint64, m jetstream.Msg) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.copyMu.Lock()
+	defer r.copyMu.Unlock()
 	f, err := r.copyFile(ctx, id)
 	if err != nil {
 		return err
@@ -307,8 +326,7 @@ func (r *replicas) apply(ctx context.Context, id ObjectID, seq uint64, m jetstre
 		}
 	}
 	r.logger.Error("copy diverged from its change stream; making it again", slog.String("object", id.String()))
-	f.Close()
-	delete(r.open, id)
+	r.closeCopy(id)
 	if err := setAside(r.copyPath(id)); err != nil {
 		return err
 	}
@@ -320,34 +338,51 @@ func (r *replicas) apply(ctx context.Context, id ObjectID, seq uint64, m jetstre
 }
 
 // copyFile returns the open copy of id, opening it (and closing another
-// past the bound). Called with mu held.
+// past the bound). Called with copyMu held.
 func (r *replicas) copyFile(ctx context.Context, id ObjectID) (*store.File, error) {
-	if f := r.open[id]; f != nil {
-		return f, nil
-	}
-	if len(r.open) >= maxOpenCopies {
-		for k, f := range r.open {
-			f.Close()
+	r.mu.Lock()
+	f := r.open[id]
+	var evict *store.File
+	if f == nil && len(r.open) >= maxOpenCopies {
+		for k, g := range r.open {
+			evict = g
 			delete(r.open, k)
 			break
 		}
+	}
+	r.mu.Unlock()
+	if evict != nil {
+		evict.Close()
+	}
+	if f != nil {
+		return f, nil
 	}
 	f, err := store.Open(ctx, r.copyPath(id), store.SyncNormal)
 	if err != nil {
 		return nil, err
 	}
+	r.mu.Lock()
 	r.open[id] = f
+	r.mu.Unlock()
 	return f, nil
+}
+
+// closeCopy closes id's copy if it is open. Called with copyMu held.
+func (r *replicas) closeCopy(id ObjectID) {
+	r.mu.Lock()
+	f := r.open[id]
+	delete(r.open, id)
+	r.mu.Unlock()
+	if f != nil {
+		f.Close()
+	}
 }
 
 // drop removes a copy this node no longer keeps.
 func (r *replicas) drop(id ObjectID) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if f := r.open[id]; f != nil {
-		f.Close()
-		delete(r.open, id)
-	}
+	r.copyMu.Lock()
+	defer r.copyMu.Unlock()
+	r.closeCopy(id)
 	p := r.copyPath(id)
 	for _, ext := range []string{"", "-wal", "-shm"} {
 		os.Remove(p + ext)

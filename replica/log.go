@@ -76,11 +76,19 @@ type Config struct {
 	// MaxPayload is the largest message NATS takes; a change set that
 	// compresses to more is refused with abi.ErrTooLarge. Zero means 1 MB.
 	MaxPayload int
+	// Timeout bounds each read of the stream and each takeover mark: a
+	// stream without a leader (an election) fails the step, and the
+	// caller retries. Zero means DefaultTimeout.
+	Timeout time.Duration
 }
+
+// DefaultTimeout bounds one stream operation.
+const DefaultTimeout = 5 * time.Second
 
 // Log is the replicated log of every object's change sets.
 type Log struct {
-	js     jetstream.JetStream
+	timeout time.Duration
+	js      jetstream.JetStream
 	stream jetstream.Stream
 	max    int
 	enc    *zstd.Encoder
@@ -109,7 +117,10 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 	if err != nil {
 		return nil, fmt.Errorf("change stream: %w", err)
 	}
-	l := &Log{js: cfg.JetStream, stream: st, max: cfg.MaxPayload, enc: enc, dec: dec}
+	l := &Log{js: cfg.JetStream, stream: st, max: cfg.MaxPayload, enc: enc, dec: dec, timeout: cfg.Timeout}
+	if l.timeout <= 0 {
+		l.timeout = DefaultTimeout
+	}
 	if l.max <= 0 {
 		l.max = 1 << 20
 	}
@@ -181,6 +192,8 @@ type Tail struct {
 
 // Last returns the last change set of subject.
 func (l *Log) Last(ctx context.Context, subject string) (Tail, error) {
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
 	m, err := l.stream.GetLastMsgForSubject(ctx, subject)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return Tail{}, nil
@@ -237,6 +250,8 @@ func (l *Log) Decode(seq uint64, h nats.Header, data []byte, at store.Position) 
 // Next returns the change set after at on subject, or ok false when at is
 // the stream's end for it.
 func (l *Log) Next(ctx context.Context, subject string, at store.Position) (c Change, ok bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
 	m, err := l.stream.GetMsg(ctx, at.Seq+1, jetstream.WithGetMsgSubject(subject))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return Change{}, false, nil
@@ -302,6 +317,8 @@ func (l *Log) Mark(ctx context.Context, subject, node string, f *store.File) (st
 	m.Header.Set(hdrApplied, strconv.FormatUint(next.Applied, 10))
 	m.Header.Set(hdrSum, strconv.FormatUint(next.Sum, 16))
 	m.Header.Set(hdrMark, "takeover")
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
 	m.Header.Set(hdrNode, node)
 	ack, err := l.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(at.Seq), jetstream.WithExpectStream(Stream))
 	if err != nil {
