@@ -336,8 +336,13 @@ func (n *Node) serve(hs ...handler) error {
 					reply.Header = nats.Header{}
 				}
 				if err != nil {
+					code := codeOf(err)
 					reply.Header.Set(hdrStatus, strconv.Itoa(statusOf(err)))
-					reply.Header.Set(hdrCode, codeOf(err))
+					reply.Header.Set(hdrCode, code)
+					// Never an empty body: nats.go takes an empty reply
+					// with Status 503 for "no responders", and the code
+					// of a 503 (unavailable, shutting down) would be lost.
+					reply.Data = []byte(code)
 					reply.Header.Set(hdrError, n.apiMessage(err))
 					var re *vm.RefusedError
 					if errors.As(err, &re) {
