@@ -266,3 +266,25 @@ func TestInternodeDeadlineReachesTheHome(t *testing.T) {
 		}
 	}
 }
+
+// An object op runs on the home directly, without a message, when this
+// node is the home; sent, it runs under the request's context.
+func TestInternodeOnHomeRunsHereWhenHome(t *testing.T) {
+	t.Parallel()
+	n := layerNode(t)
+	type key struct{}
+	o := objectOp(fmt.Sprintf("test%d", testOps.Add(1)), quickWait, func(_ *Node, ctx context.Context, _ ObjectID, _ struct{}) (bool, error) {
+		return ctx.Value(key{}) != nil, nil
+	})
+	if err := n.serve(o); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.WithValue(context.Background(), key{}, true)
+	obj := ObjectID{Program: "chat", ID: "here"}
+	if here, err := o.onHome(ctx, n, obj, struct{}{}); err != nil || !here {
+		t.Fatalf("an op on an object homed here went over NATS (%v)", err)
+	}
+	if here, err := o.send(ctx, n, n.id, obj, struct{}{}); err != nil || here {
+		t.Fatalf("a sent op ran in its caller's context (%v)", err)
+	}
+}
