@@ -119,6 +119,13 @@ func TestInternodeCodecRoundTrip(t *testing.T) {
 	echo(t, n, []store.Edge{{ID: 1, KindName: "object", Follower: "tally/t1", Node: "n-abc", Topic: "m", Cursor: 3}})
 	echo(t, n, delivery.ConnResult{Refused: []string{"n-1.2"}, Gone: []string{"n-1.3"}})
 	echo(t, n, delivery.ObjectResult{Done: 9, Err: "handler failed"})
+	echo(t, n, replicaRequest{Object: "chat/r", Home: true})
+	echo(t, n, &CopyInfo{Node: "n-abc", Home: true, Position: store.Position{Applied: 7}, Lag: 2})
+	echo(t, n, (*CopyInfo)(nil))
+	// The real op, to a node that keeps no copies: nothing, not an error.
+	if info, err := opReplica.send(context.Background(), n, n.id, ObjectID{}, replicaRequest{Object: "chat/r"}); info != nil || err != nil {
+		t.Errorf("a node without copies answered %v, %v", info, err)
+	}
 }
 
 // A call's payload and reply are the message body itself, not a copy, and
