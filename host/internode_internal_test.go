@@ -295,3 +295,15 @@ func TestInternodeOnHomeRunsHereWhenHome(t *testing.T) {
 		t.Fatalf("a sent op ran in its caller's context (%v)", err)
 	}
 }
+
+// Each op has a subject of its own: two ops under one name would both
+// answer, and the first reply would win.
+func TestInternodeOpsHaveDistinctNames(t *testing.T) {
+	seen := map[string]bool{}
+	for _, o := range ops {
+		if seen[o.opName()] {
+			t.Errorf("two ops are named %q", o.opName())
+		}
+		seen[o.opName()] = true
+	}
+}
