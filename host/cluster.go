@@ -2,7 +2,6 @@ package host
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -11,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/durable-host/host/host/cluster"
@@ -193,57 +191,42 @@ func (n *Node) Replicas(ctx context.Context, id ObjectID) (ReplicaReport, error)
 		return rep, err
 	}
 	for _, node := range n.cluster.Nodes() {
-		var info CopyInfo
-		var ok bool
-		if node.ID == n.id {
-			info, ok, err = n.replicas.info(ctx, id, n.objectPath(id), home == n.id)
-		} else {
-			info, ok, err = n.remoteReplica(ctx, node.ID, id, home == node.ID)
-		}
+		info, err := opReplica.on(ctx, n, node.ID, replicaRequest{Object: id.String(), Home: home == node.ID})
 		if err != nil {
 			n.log.Debug("replica info", slog.String("node", node.ID), slog.Any("err", err))
 			continue
 		}
-		if !ok {
+		if info == nil {
 			continue
 		}
 		if rep.Stream.Applied > info.Position.Applied {
 			info.Lag = rep.Stream.Applied - info.Position.Applied
 		}
-		rep.Copies = append(rep.Copies, info)
+		rep.Copies = append(rep.Copies, *info)
 	}
 	sort.SliceStable(rep.Copies, func(i, j int) bool { return rep.Copies[i].Home && !rep.Copies[j].Home })
 	return rep, nil
 }
 
-func (n *Node) remoteReplica(ctx context.Context, node string, id ObjectID, home bool) (CopyInfo, bool, error) {
-	m := nats.NewMsg("")
-	objectHeader(m, id)
-	if home {
-		m.Header.Set(hdrArg, "home")
-	}
-	reply, err := n.request(ctx, node, opReplica, m, 5*time.Second)
-	if err != nil {
-		return CopyInfo{}, false, err
-	}
-	if len(reply.Data) == 0 {
-		return CopyInfo{}, false, nil
-	}
-	var info CopyInfo
-	err = json.Unmarshal(reply.Data, &info)
-	return info, err == nil, err
+// opReplica asks a node about its copy of an object, or its file when it
+// is the object's home.
+var opReplica = nodeOp("replica", 5*time.Second, (*Node).replicaLocal)
+
+type replicaRequest struct {
+	Object string `json:"object"`
+	Home   bool   `json:"home,omitempty"` // the node asked is the home
 }
 
-// rpcReplica describes this node's copy (or home file) of an object.
-func (n *Node) rpcReplica(ctx context.Context, m *nats.Msg) (*nats.Msg, error) {
-	id, err := msgObject(m)
+// replicaLocal describes this node's copy (or home file) of an object; nil
+// when it has neither.
+func (n *Node) replicaLocal(ctx context.Context, req replicaRequest) (*CopyInfo, error) {
+	id, err := ParseObjectID(req.Object)
 	if err != nil || n.replicas == nil {
-		return &nats.Msg{}, err
+		return nil, err
 	}
-	info, ok, err := n.replicas.info(ctx, id, n.objectPath(id), m.Header.Get(hdrArg) == "home")
+	info, ok, err := n.replicas.info(ctx, id, n.objectPath(id), req.Home)
 	if err != nil || !ok {
-		return &nats.Msg{}, err
+		return nil, err
 	}
-	out, _ := json.Marshal(info)
-	return &nats.Msg{Data: out}, nil
+	return &info, nil
 }

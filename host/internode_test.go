@@ -3,6 +3,10 @@ package host_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -78,5 +82,73 @@ func TestRefusedFollowAcrossNodesKeepsItsReason(t *testing.T) {
 	f := readUntil(t, ws, "error")
 	if msg, _ := f["error"].(string); msg != "follow refused by chat/locked: this room needs its key" {
 		t.Fatalf("a socket's refused follow across nodes: %q", msg)
+	}
+}
+
+// BenchmarkForwardedCall is a warm call made on a node that is not the
+// object's home: the request and reply cross NATS through the embedded
+// servers' route on loopback, on top of what BenchmarkNodeCall measures.
+func BenchmarkForwardedCall(b *testing.B) {
+	routes := make([]string, 2)
+	for i := range routes {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		routes[i] = ln.Addr().String()
+		ln.Close()
+	}
+	// Both at once: each waits in New for the other's JetStream.
+	nodes := make([]*host.Node, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i := range nodes {
+		cfg := nodeConfig(b.TempDir(), func(c *host.Config) {
+			c.NATS.Cluster, c.NATS.ClusterName = routes[i], fmt.Sprintf("bench%d", os.Getpid())
+			c.NATS.Routes = []string{"nats://" + routes[1-i]}
+		})
+		wg.Go(func() { nodes[i], errs[i] = host.New(context.Background(), cfg) })
+	}
+	wg.Wait()
+	for i, n := range nodes {
+		if n != nil {
+			b.Cleanup(func() { n.Shutdown(context.Background()) })
+		}
+		if errs[i] != nil {
+			b.Fatal(errs[i])
+		}
+		if err := n.Start(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	upload(b, nodes[0], "counter", "counter")
+	ctx := context.Background()
+	id := host.ObjectID{Program: "counter", ID: "b"}
+	if _, err := nodes[0].Call(ctx, id, "get", nil); err != nil { // the home is node 0
+		b.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := nodes[1].Call(ctx, id, "get", nil)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("node 1 never reached the home: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if nodes[1].ActiveObjects() != 0 {
+		b.Fatal("the object is active on the calling node: the call is not forwarded")
+	}
+	for _, method := range []string{"get", "inc"} {
+		b.Run(method, func(b *testing.B) {
+			b.ReportAllocs()
+			for range b.N {
+				if _, err := nodes[1].Call(ctx, id, method, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -530,21 +530,21 @@ func (n *Node) Call(ctx context.Context, id ObjectID, method string, payload []b
 	if _, err := n.programs.latest(ctx, id.Program); err != nil {
 		return nil, err
 	}
-	var reply []byte
-	err := n.onHome(ctx, id, func() error {
-		var err error
-		reply, err = n.callLocal(ctx, id, method, payload)
-		return err
-	}, func(node string) error {
-		var err error
-		reply, err = n.forwardCall(ctx, node, id, method, payload)
-		return err
-	})
-	return reply, err
+	return opCall.onHome(ctx, n, id, callRequest{Method: method, Payload: payload})
+}
+
+// opCall runs a method call on the object's home.
+var opCall = objectOp("call", 0, (*Node).callLocal)
+
+// callRequest is a call as it crosses to the home: the payload is the
+// body as is, the method a header.
+type callRequest struct {
+	Method  string
+	Payload []byte
 }
 
 // callLocal runs a call on this node, the object's home.
-func (n *Node) callLocal(ctx context.Context, id ObjectID, method string, payload []byte) ([]byte, error) {
+func (n *Node) callLocal(ctx context.Context, id ObjectID, req callRequest) ([]byte, error) {
 	if !n.cluster.LeaseValid() {
 		return nil, fmt.Errorf("%w: this node's lease is not current", ErrUnavailable)
 	}
@@ -557,7 +557,7 @@ func (n *Node) callLocal(ctx context.Context, id ObjectID, method string, payloa
 		return nil, err
 	}
 	start := time.Now()
-	reply, err := o.call(ctx, method, payload)
+	reply, err := o.call(ctx, req.Method, req.Payload)
 	o.unlock()
 	n.metrics.observeCall(id.Program, time.Since(start), err)
 	if errors.Is(err, errDeactivated) {
