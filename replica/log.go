@@ -89,10 +89,10 @@ const DefaultTimeout = 5 * time.Second
 type Log struct {
 	timeout time.Duration
 	js      jetstream.JetStream
-	stream jetstream.Stream
-	max    int
-	enc    *zstd.Encoder
-	dec    *zstd.Decoder
+	stream  jetstream.Stream
+	max     int
+	enc     *zstd.Encoder
+	dec     *zstd.Decoder
 }
 
 // Open creates (or finds) the change stream.
