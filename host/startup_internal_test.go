@@ -35,6 +35,8 @@ func TestStartingNodeReadsTheLiveSetBeforePruning(t *testing.T) {
 		cfg.VM.CacheDir = vmtest.CacheDir()
 		cfg.Logger = quietLog()
 		cfg.LeaseTTL, cfg.Heartbeat = 4*time.Second, 300*time.Millisecond
+		// No copies: the restarted node takes its publisher back itself.
+		cfg.Replicas = 0
 		cfg.NATS.Cluster, cfg.NATS.ClusterName = routes[i], name
 		for j, r := range routes {
 			if j != i {
