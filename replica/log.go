@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"hash/crc64"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
@@ -87,12 +88,28 @@ const DefaultTimeout = 5 * time.Second
 
 // Log is the replicated log of every object's change sets.
 type Log struct {
+	stats   stats
 	timeout time.Duration
 	js      jetstream.JetStream
 	stream  jetstream.Stream
 	max     int
 	enc     *zstd.Encoder
 	dec     *zstd.Decoder
+}
+
+// Stats counts what a Log shipped and applied.
+type Stats struct {
+	Shipped      int64 // change sets published (marks included)
+	RawBytes     int64 // their size before compression
+	ShippedBytes int64 // their size on the wire (message bodies)
+	Applied      int64 // change sets applied to a file here (copies, catch-ups)
+}
+
+type stats struct{ shipped, raw, wire, applied atomic.Int64 }
+
+// Stats returns the counts so far.
+func (l *Log) Stats() Stats {
+	return Stats{l.stats.shipped.Load(), l.stats.raw.Load(), l.stats.wire.Load(), l.stats.applied.Load()}
 }
 
 // Open creates (or finds) the change stream.
@@ -165,6 +182,9 @@ func (l *Log) Ship(ctx context.Context, subject, node string, changes []byte, at
 		return at, fmt.Errorf("%w: ship change set: %v", abi.ErrUnavailable, err)
 	}
 	next.Seq = ack.Sequence
+	l.stats.shipped.Add(1)
+	l.stats.raw.Add(int64(len(changes)))
+	l.stats.wire.Add(int64(len(m.Data)))
 	return next, nil
 }
 
@@ -264,6 +284,16 @@ func (l *Log) Next(ctx context.Context, subject string, at store.Position) (c Ch
 }
 
 // Apply applies one change set to f in a transaction of its own, with its
+// position, and counts it.
+func (l *Log) Apply(f *store.File, c Change) error {
+	if err := Apply(f, c); err != nil {
+		return err
+	}
+	l.stats.applied.Add(1)
+	return nil
+}
+
+// Apply applies one change set to f in a transaction of its own, with its
 // position.
 func Apply(f *store.File, c Change) error {
 	tx, err := f.Begin()
@@ -299,6 +329,7 @@ func (l *Log) CatchUp(ctx context.Context, subject string, f *store.File) (store
 		if err := Apply(f, c); err != nil {
 			return at, n, err
 		}
+		l.stats.applied.Add(1)
 		at = c.At
 		n++
 	}
