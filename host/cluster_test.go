@@ -1,12 +1,14 @@
 package host_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/durable-host/host/host"
 	hclient "github.com/durable-host/host/host/client"
+	"github.com/durable-host/host/store"
 	"github.com/durable-host/host/vm/vmtest"
 )
 
@@ -552,5 +555,92 @@ func TestS08_StreamReadsBoundedLocalAndRemote(t *testing.T) {
 				t.Fatalf("node %d, limit %d, %d bytes: %d events %v, want %d from seq 3", i, c.limit, c.maxBytes, len(evs), evs, c.want)
 			}
 		}
+	}
+}
+
+// A ranged delivery (an event over 32 KB) is read through the read path:
+// on a node keeping a copy of the publisher, from that copy, with no
+// inter-node read; on a node without one, from the holder.
+//
+// conformance: D22
+func TestD22_ReadPathOwnCopyThenHolder(t *testing.T) {
+	t.Parallel()
+	nodes := clusterOf(t, 3, func(_ int, c *host.Config) { c.Replicas = 1 })
+	pub := &hclient.Client{Base: nodes[0].URL()}
+	dcall(t, pub, "hostile/pub", "hook_runs", "") // home on node 0
+	var rep struct {
+		Copies []struct {
+			Node string `json:"node"`
+			Home bool   `json:"home"`
+		} `json:"copies"`
+	}
+	waitUntil(t, "the publisher has its one copy", 20*time.Second, func() bool {
+		rep.Copies = nil
+		return pub.Replicas(context.Background(), "hostile/pub", &rep) == nil && len(rep.Copies) == 2
+	})
+	var withCopy, without *host.Node
+	for _, n := range nodes[1:] {
+		if n.ID() == rep.Copies[1].Node {
+			withCopy = n
+		} else {
+			without = n
+		}
+	}
+	if withCopy == nil || without == nil {
+		t.Fatalf("copies %+v: want the home's file and one copy on node 1 or 2", rep.Copies)
+	}
+	cw, co := &hclient.Client{Base: withCopy.URL()}, &hclient.Client{Base: without.URL()}
+	dcall(t, cw, "hostile/fa", "follow", `{"publisher":"hostile/pub","topic":"t"}`)
+	dcall(t, co, "hostile/fb", "follow", `{"publisher":"hostile/pub","topic":"t"}`)
+	dcall(t, pub, "hostile/pub", "publish", `{"topic":"t","size":40000}`)
+	for obj, c := range map[string]*hclient.Client{"hostile/fa": cw, "hostile/fb": co} {
+		waitUntil(t, "the large event received", 20*time.Second, func() bool {
+			var got []string
+			json.Unmarshal([]byte(dcall(t, c, obj, "received", "")), &got)
+			return len(got) == 1 && len(got[0]) > 40000
+		})
+	}
+	if own, ranges := metric(t, cw, `host_read_path_total{tier="own"}`), metric(t, cw, `host_internode_calls_total{kind="range"}`); own != 1 || ranges != 0 {
+		t.Fatalf("the node with a copy read %v ranges from it and asked %v times over the network; want 1 and 0", own, ranges)
+	}
+	if holder, ranges := metric(t, co, `host_read_path_total{tier="holder"}`), metric(t, co, `host_internode_calls_total{kind="range"}`); holder != 1 || ranges != 1 {
+		t.Fatalf("the node without a copy read %v ranges from the holder with %v inter-node reads; want 1 and 1", holder, ranges)
+	}
+}
+
+// The read path's last tier, the shipped replica: the object's change
+// stream applied to a scratch file gives the same events as its home's
+// file, and a range past the stream's end is not in it.
+//
+// conformance: D22
+func TestD22_ReadPathShippedReplica(t *testing.T) {
+	t.Parallel()
+	// One node shipping its changes (a copy is wanted, none can be made).
+	n, dir := startNode(t, func(c *host.Config) { c.Replicas = 1 })
+	c := &hclient.Client{Base: n.URL()}
+	upload(t, n, "hostile", "hostile")
+	for i := range 5 {
+		dcall(t, c, "hostile/pub", "publish", fmt.Sprintf(`{"topic":"t","size":%d}`, 10000*(i+1)))
+	}
+	ctx := context.Background()
+	id := host.ObjectID{Program: "hostile", ID: "pub"}
+	evs, err := host.ReadShipped(ctx, n, id, 1, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := store.Read(ctx, filepath.Join(dir, "objects", "hostile", "pub.db"), store.Query{After: 1, Through: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 3 || len(want) != 3 {
+		t.Fatalf("%d events in (1, 4] from the stream, %d from the home's file; want 3", len(evs), len(want))
+	}
+	for i, e := range evs {
+		if e.Seq != want[i].Seq || e.Topic != want[i].Topic || !bytes.Equal(e.Payload, want[i].Payload) || len(e.Payload) < 10000*(i+2) {
+			t.Fatalf("event %d from the stream: seq %d topic %q %d bytes; the home's: seq %d topic %q %d bytes", i, e.Seq, e.Topic, len(e.Payload), want[i].Seq, want[i].Topic, len(want[i].Payload))
+		}
+	}
+	if _, err := host.ReadShipped(ctx, n, id, 4, 9); !errors.Is(err, store.ErrNoLog) {
+		t.Fatalf("a range past the stream's end: %v, want ErrNoLog", err)
 	}
 }

@@ -239,13 +239,25 @@ func (o *object) receiveOne(ctx context.Context, topic string, ev *abi.Event) er
 	return err
 }
 
-// materialize reads a ranged delivery through the read path: this node's own
-// copy of the publisher's file, else the publisher's home. (Shipped
-// replicas come with the replica package.)
+// materialize reads a ranged delivery through the read path: this node's
+// own copy of the publisher's log (its file when this node is the
+// publisher's home, else the copy it keeps), else the holder, else the
+// shipped replica (the change stream, applied to a scratch file). Each tier
+// is counted on /metrics (host_read_path_total).
 func (n *Node) materialize(ctx context.Context, pub ObjectID, d *delivery.ObjectDelivery) ([]abi.Event, error) {
-	evs, err := store.Read(ctx, n.objectPath(pub), d.RangeQuery())
+	q := d.RangeQuery()
+	tier := "own"
+	evs, err := store.Read(ctx, n.objectPath(pub), q)
+	if errors.Is(err, store.ErrNoLog) && n.replicas != nil {
+		evs, err = n.replicas.readCopy(ctx, pub, q)
+	}
 	if errors.Is(err, store.ErrNoLog) {
+		tier = "holder"
 		evs, err = n.materializeRemote(ctx, pub, d)
+		if err != nil && n.replicas != nil && (errors.Is(err, ErrUnavailable) || errors.Is(err, store.ErrNoLog)) {
+			tier = "shipped"
+			evs, err = n.replicas.readShipped(ctx, pub, q)
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("materialize %s (%d, %d]: %w", pub, d.Range.After, d.Range.Through, err)
@@ -254,6 +266,7 @@ func (n *Node) materialize(ctx context.Context, pub ObjectID, d *delivery.Object
 		evs[i].Publisher = d.Publisher
 	}
 	n.metrics.materialized.Inc()
+	n.metrics.readPath.WithLabelValues(tier).Inc()
 	return evs, nil
 }
 

@@ -478,12 +478,16 @@ func (t remoteTransport) Object(ctx context.Context, node string, d *delivery.Ob
 
 // materializeRemote asks the publisher's home for a range of its log.
 func (n *Node) materializeRemote(ctx context.Context, pub ObjectID, d *delivery.ObjectDelivery) ([]abi.Event, error) {
-	h, err := n.cluster.Home(ctx, cluster.Object(pub))
+	// The directory's holder, not claimed: a reader is not a home.
+	h, err := n.cluster.Holder(ctx, cluster.Object(pub))
 	if err != nil {
 		return nil, err
 	}
-	if h == n.id {
+	switch {
+	case h == "" || h == n.id:
 		return nil, fmt.Errorf("%w: no local copy of %s", store.ErrNoLog, pub)
+	case !n.cluster.Live(h):
+		return nil, fmt.Errorf("%w: %s's holder %s is gone", ErrUnavailable, pub, h)
 	}
 	q := *d
 	q.Events = nil

@@ -28,6 +28,7 @@ type metrics struct {
 	received     prometheus.Counter
 	streamEvents prometheus.Counter
 	materialized prometheus.Counter
+	readPath     *prometheus.CounterVec // tier
 	followHooks  prometheus.Counter
 	eventCalls   prometheus.Counter
 	conns        prometheus.Gauge
@@ -62,6 +63,9 @@ func newMetrics() *metrics {
 	m.dropped = prometheus.NewCounter(prometheus.CounterOpts{Name: "host_edges_dropped_total", Help: "Object edges dropped after the last failed attempt."})
 	m.received = prometheus.NewCounter(prometheus.CounterOpts{Name: "host_receive_commits_total", Help: "Receive handlers committed on followers."})
 	m.materialized = prometheus.NewCounter(prometheus.CounterOpts{Name: "host_ranges_materialized_total", Help: "Ranged deliveries read through the read path."})
+	m.readPath = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "host_read_path_total", Help: "Ranged deliveries by the read path's tier that served them: own (this node's file or copy), holder (the publisher's home), shipped (the change stream).",
+	}, []string{"tier"})
 	m.followHooks = prometheus.NewCounter(prometheus.CounterOpts{Name: "host_follow_hooks_total", Help: "Follow hook runs (edge creations asked)."})
 	m.eventCalls = prometheus.NewCounter(prometheus.CounterOpts{Name: "host_event_handler_calls_total", Help: "Connection events shaped by a program's event export (VM runs)."})
 	m.streamEvents = prometheus.NewCounter(prometheus.CounterOpts{Name: "host_stream_events_total", Help: "Events sent to stream subscribers (each read from storage)."})
@@ -72,7 +76,7 @@ func newMetrics() *metrics {
 	m.remoteBytes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "host_internode_bytes_total", Help: "Bytes of inter-node requests sent, by kind.",
 	}, []string{"kind"})
-	m.reg.MustRegister(m.remoteCalls, m.remoteBytes)
+	m.reg.MustRegister(m.remoteCalls, m.remoteBytes, m.readPath)
 	m.reg.MustRegister(calls, m.callSecs, m.deliveries, m.deliveredEvs, m.pruned, m.retries, m.dropped,
 		m.received, m.materialized, m.followHooks, m.eventCalls, m.conns, m.streamEvents,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))

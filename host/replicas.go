@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/durable-host/host/abi"
 	"github.com/durable-host/host/host/cluster"
 	"github.com/durable-host/host/replica"
 	"github.com/durable-host/host/store"
@@ -432,4 +433,58 @@ func (r *replicas) info(ctx context.Context, id ObjectID, homePath string, home 
 		return CopyInfo{}, false, err
 	}
 	return CopyInfo{Node: r.self, Home: home, Position: p}, true, nil
+}
+
+// readCopy reads a range of id's log from the copy this node keeps; a copy
+// that has not applied the range yet (the consumer applies change sets a
+// moment after their commit) catches up from the stream first. ErrNoLog:
+// no copy here, or the stream does not have the range either.
+func (r *replicas) readCopy(ctx context.Context, id ObjectID, q store.Query) ([]abi.Event, error) {
+	path := r.copyPath(id)
+	evs, err := store.Read(ctx, path, q)
+	if !errors.Is(err, store.ErrNoLog) {
+		return evs, err
+	}
+	if _, serr := os.Stat(path); serr != nil {
+		return nil, err
+	}
+	r.copyMu.Lock()
+	f, ferr := r.copyFile(ctx, id)
+	if ferr == nil {
+		_, _, ferr = r.log.CatchUp(ctx, subjectOf(id), f)
+	}
+	r.copyMu.Unlock()
+	if ferr != nil {
+		return nil, fmt.Errorf("%w: catching the copy up: %v", store.ErrNoLog, ferr)
+	}
+	return store.Read(ctx, path, q)
+}
+
+// readShipped reads a range of id's log from the shipped replica: its
+// change stream applied to a scratch file, the last tier of the read path
+// (no copy here, and the holder cannot answer).
+func (r *replicas) readShipped(ctx context.Context, id ObjectID, q store.Query) ([]abi.Event, error) {
+	dir := filepath.Join(r.dir, ".scratch")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	tmp, err := os.MkdirTemp(dir, "read-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	f, err := store.Open(ctx, filepath.Join(tmp, "o.db"), store.SyncNormal)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if _, _, err := r.log.CatchUp(ctx, subjectOf(id), f); err != nil {
+		return nil, err
+	}
+	tx, err := f.Begin()
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback()
+	return tx.Read(q)
 }

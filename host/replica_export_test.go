@@ -1,0 +1,15 @@
+package host
+
+import (
+	"context"
+
+	"github.com/durable-host/host/abi"
+	"github.com/durable-host/host/store"
+)
+
+// ReadShipped reads events (after, through] of id from the shipped
+// replica alone (the change stream applied to a scratch file), the read
+// path's last tier.
+func ReadShipped(ctx context.Context, n *Node, id ObjectID, after, through uint64) ([]abi.Event, error) {
+	return n.replicas.readShipped(ctx, id, store.Query{After: after, Through: through})
+}
