@@ -7,18 +7,27 @@ import (
 	"time"
 )
 
-// BenchmarkShip is one committed write (a state put and an event) shipped
-// to a single-server stream before its commit: the output gate's cost
-// without JetStream's replication.
+// BenchmarkShip is one committed write (a state put and an event), with
+// no shipper (the baseline) and shipped to a single-server stream before
+// its commit: the output gate's cost without JetStream's replication.
 func BenchmarkShip(b *testing.B) {
 	l, _ := runLog(b)
-	f := openFile(b, filepath.Join(b.TempDir(), "home.db"))
-	f.SetShipper(l.Shipper(subj, "node-a", 5*time.Second))
-	b.ReportAllocs()
-	for i := range b.N {
-		if err := write(f, fmt.Sprint("k", i%100), fmt.Sprint(i)); err != nil {
-			b.Fatal(err)
-		}
+	runs := 0
+	for _, ship := range []bool{false, true} {
+		b.Run(fmt.Sprintf("shipped=%v", ship), func(b *testing.B) {
+			f := openFile(b, filepath.Join(b.TempDir(), "home.db"))
+			if ship {
+				// A subject of its own per run: a new file starts a new stream.
+				runs++
+				f.SetShipper(l.Shipper(fmt.Sprint(subj, runs), "node-a", 5*time.Second))
+			}
+			b.ReportAllocs()
+			for i := range b.N {
+				if err := write(f, fmt.Sprint("k", i%100), fmt.Sprint(i)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 
