@@ -457,6 +457,12 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		}
 		n.rpcs.Wait()
 		n.conns.closeAll()
+		if n.replicas != nil && n.nats != nil {
+			// Copies elsewhere take this node's objects over as soon as
+			// its lease is gone; hand the streams' leadership off first so
+			// they can write at once.
+			n.nats.handOff(ctx, n.log, 3*time.Second)
+		}
 		if n.cluster != nil {
 			n.cluster.Close()
 		}

@@ -123,7 +123,8 @@ func (r *replicas) timed(id ObjectID, what string, start time.Time, err error) {
 }
 
 func (r *replicas) catchUpHome(ctx context.Context, id ObjectID, f *store.File) (err error) {
-	defer r.timed(id, "catch up as home", time.Now(), err)
+	start := time.Now()
+	defer func() { r.timed(id, "catch up as home", start, err) }()
 	subj := subjectOf(id)
 	last, err := r.log.Last(ctx, subj)
 	if err != nil {
