@@ -9,6 +9,7 @@ import (
 	"github.com/durable-host/host/abi"
 	"github.com/durable-host/host/host"
 	hclient "github.com/durable-host/host/host/client"
+	"github.com/durable-host/host/host/hosttest"
 	"github.com/durable-host/host/vm"
 )
 
@@ -20,7 +21,7 @@ func TestForwardedCallCarriesItsDeadline(t *testing.T) {
 	// The loop holds the lock for its whole budget, far longer than the
 	// caller waits, so the lock is never free before the caller's
 	// deadline however late the probe sees it held.
-	nodes := clusterOf(t, 2, func(_ int, c *host.Config) { c.VM.Budget = 8 * time.Second })
+	nodes, _ := hosttest.Cluster(t, 2, hosttest.Options{Programs: clusterPrograms, Configure: func(c *host.Config) { c.VM.Budget = 8 * time.Second }})
 	home := &hclient.Client{Base: nodes[0].URL()}
 	obj := host.ObjectID{Program: "hostile", ID: "h1"}
 	dcall(t, home, "hostile/h1", "ok", "") // the home is node 0
@@ -63,7 +64,7 @@ func TestForwardedCallCarriesItsDeadline(t *testing.T) {
 // own reason, from a handler (the guest sees it refused) and from a socket.
 func TestRefusedFollowAcrossNodesKeepsItsReason(t *testing.T) {
 	t.Parallel()
-	nodes := clusterOf(t, 2, nil)
+	nodes, _ := hosttest.Cluster(t, 2, hosttest.Options{Programs: clusterPrograms})
 	home := &hclient.Client{Base: nodes[0].URL()}
 	away := &hclient.Client{Base: nodes[1].URL()}
 	dcall(t, home, "chat/locked", "set_key", `{"key":"k1"}`) // the room homes on node 0
