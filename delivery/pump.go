@@ -261,6 +261,7 @@ type Observer interface {
 type Pump struct {
 	cfg       Config
 	transport Transport
+	fanout    fanOut
 	members   Membership
 	obs       Observer
 	log       *slog.Logger
@@ -283,7 +284,10 @@ type lane struct{ again bool }
 
 // NewPump returns a pump.
 func NewPump(cfg Config, t Transport, m Membership, obs Observer, log *slog.Logger) *Pump {
-	return &Pump{cfg: cfg, transport: t, members: m, obs: obs, log: log, lanes: map[laneKey]*lane{}, waiting: map[string]map[string]bool{}}
+	return &Pump{
+		cfg: cfg, transport: t, fanout: newFanOut(cfg.FanOut, t, obs, log, m.Self), members: m, obs: obs, log: log,
+		lanes: map[laneKey]*lane{}, waiting: map[string]map[string]bool{},
+	}
 }
 
 // Placed reports that follower is served again (its new home took it
@@ -434,17 +438,23 @@ func (p *Pump) startLanes(pub Publisher, followers map[string]followerDue, now t
 }
 
 // connectionRound sends the events to every connection edge, one batch per
-// node, and records that they advanced.
+// node (or as the fan-out baseline does), and records that they advanced.
 func (p *Pump) connectionRound(ctx context.Context, pub Publisher, due []store.Edge, events []abi.Event) error {
-	through := events[len(events)-1].Seq
-	var prunedConns []string
+	groups, prune := p.partition(due)
+	prune = append(prune, p.fanout.send(ctx, pub.ID(), groups, events)...)
+	return p.record(ctx, pub, prune, events[len(events)-1].Seq)
+}
+
+// partition groups the due connection edges by node. A connection whose
+// node is gone for good is gone too: it is returned to prune instead.
+func (p *Pump) partition(due []store.Edge) (map[string][]store.Edge, []string) {
+	var gone []string
 	groups := map[string][]store.Edge{}
 	perNode := map[string]int{}
 	dead := make([]bool, len(due))
 	for i, e := range due {
 		if !p.members.Live(e.Node) {
-			// A connection's node is gone for good: so is it.
-			prunedConns = append(prunedConns, e.Follower)
+			gone = append(gone, e.Follower)
 			dead[i] = true
 			continue
 		}
@@ -462,44 +472,16 @@ func (p *Pump) connectionRound(ctx context.Context, pub Publisher, due []store.E
 		}
 		groups[e.Node] = append(g, e)
 	}
+	return groups, gone
+}
 
-	var mu sync.Mutex // guards prunedConns
-	var wg sync.WaitGroup
-	self := p.members.Self()
-	if tp, ok := p.transport.(TopicPublisher); ok && p.cfg.FanOut == FanOutSubject {
-		// Baseline: publish each event once on its topic's subject; NATS
-		// fans out to every subscribed node. Refusals are not reported.
-		if len(groups) > 0 {
-			if err := tp.PublishTopic(ctx, pub.ID(), events); err != nil {
-				p.log.Warn("topic publish failed", slog.Any("err", err))
-			}
-		}
-		groups = nil
-	}
-	send := func(node string, edges []store.Edge) {
-		defer wg.Done()
-		gone := p.connections(ctx, node, node == self, edges, events, pub.ID())
-		mu.Lock()
-		prunedConns = append(prunedConns, gone...)
-		mu.Unlock()
-	}
-	for node, g := range groups {
-		if p.cfg.FanOut == FanOutSocket {
-			// Baseline: one send per watcher.
-			for _, e := range g {
-				wg.Add(1)
-				go send(node, []store.Edge{e})
-			}
-			continue
-		}
-		wg.Add(1)
-		go send(node, g)
-	}
-	wg.Wait()
-
+// record prunes every edge of the connections in prune and advances every
+// connection edge to through, in one transaction that runs even if ctx
+// has ended: the sends are done.
+func (p *Pump) record(ctx context.Context, pub Publisher, prune []string, through uint64) error {
 	return pub.Between(context.WithoutCancel(ctx), func(tx *store.Tx) error {
 		pruned := 0
-		for _, c := range dedupe(prunedConns) {
+		for _, c := range dedupe(prune) {
 			n, err := tx.RemoveFollower(abi.FollowerConnection, c)
 			if err != nil {
 				return err
@@ -525,37 +507,6 @@ func dedupe(s []string) []string {
 		}
 	}
 	return out
-}
-
-// connections sends one batch to node carrying the events once beside
-// every connection edge there. It returns the connections to prune. Every
-// edge advances (at-most-once: a push that did not land is not retried).
-func (p *Pump) connections(ctx context.Context, node string, local bool, edges []store.Edge, events []abi.Event, pub string) []string {
-	after := edges[0].Cursor
-	topics := map[string]bool{}
-	b := &ConnBatch{Publisher: pub, Edges: make([]ConnEdge, 0, len(edges))}
-	for _, e := range edges {
-		after = min(after, e.Cursor)
-		topics[e.Topic] = true
-		b.Edges = append(b.Edges, ConnEdge{Edge: e.ID, Conn: e.Follower, Topic: e.Topic, Cursor: e.Cursor, Filter: e.Filter})
-	}
-	for _, ev := range events {
-		if ev.Seq > after && (topics[ev.Topic] || topics[""]) {
-			ev.Publisher = pub
-			b.Events = append(b.Events, ev)
-		}
-	}
-	if len(b.Events) == 0 {
-		return nil
-	}
-	p.obs.ConnBatchSent(node, local, len(b.Events), len(b.Edges))
-	res, err := p.transport.Connections(ctx, node, b)
-	if err != nil {
-		// At-most-once: a batch that did not land is not retried.
-		p.log.Warn("connection batch failed", slog.String("node", node), slog.Any("err", err))
-		return nil
-	}
-	return append(res.Refused, res.Gone...)
 }
 
 // runLane runs a follower's lane until nothing is due for it now, then
