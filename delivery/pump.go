@@ -328,75 +328,109 @@ type followerDue struct {
 // work was done (run again) and the next time a follower not running is
 // due (zero if none).
 func (p *Pump) Round(ctx context.Context, pub Publisher) (bool, time.Time, error) {
-	var conns []store.Edge
-	var events []abi.Event
-	var followers map[string]followerDue
 	now := p.cfg.Clock.Now()
-	var deadConns []string
+	r, err := p.read(ctx, pub)
+	if err != nil {
+		return false, time.Time{}, err
+	}
+	if r.pruned {
+		return true, time.Time{}, nil
+	}
+	next := p.startLanes(pub, r.followers, now)
+	if len(r.conns) == 0 || len(r.events) == 0 {
+		return false, next, nil
+	}
+	return true, next, p.connectionRound(ctx, pub, r.conns, r.events)
+}
+
+// roundRead is what a round's read found.
+type roundRead struct {
+	conns     []store.Edge // connection edges behind the head
+	events    []abi.Event  // one batch of the log from their lowest cursor
+	followers map[string]followerDue
+	// pruned: the edges of connections on gone nodes were removed
+	// instead, and nothing else was read.
+	pruned bool
+}
+
+// read is a round's one transaction: it prunes the connections whose node
+// is gone (due or not) and reads nothing more if there were any; else it
+// splits the edges into the connection edges behind the head and the
+// object followers' state, and reads the events the connection edges are
+// owed.
+func (p *Pump) read(ctx context.Context, pub Publisher) (roundRead, error) {
+	var r roundRead
 	err := pub.Between(ctx, func(tx *store.Tx) error {
 		head, err := tx.Head()
 		if err != nil {
 			return err
 		}
-		// A connection whose node is gone is gone too, due or not.
 		all, err := tx.CachedEdges()
 		if err != nil {
 			return err
 		}
-		for _, e := range all {
-			if e.Kind == abi.FollowerConnection && !p.members.Live(e.Node) {
-				deadConns = append(deadConns, e.Follower)
-			}
+		if r.pruned, err = p.pruneGoneNodes(tx, all); r.pruned || err != nil {
+			return err
 		}
-		if len(deadConns) > 0 {
-			pruned := 0
-			for _, c := range dedupe(deadConns) {
-				n, err := tx.RemoveFollower(abi.FollowerConnection, c)
-				if err != nil {
-					return err
-				}
-				pruned += n
-			}
-			p.obs.Pruned("node_gone", pruned)
+		r.conns, r.followers = splitEdges(all, head)
+		if len(r.conns) == 0 {
 			return nil
 		}
-		conns = make([]store.Edge, 0, len(all))
-		for _, e := range all {
-			if e.Kind == abi.FollowerConnection {
-				if e.Cursor < head {
-					conns = append(conns, e)
-				}
-				continue
-			}
-			if followers == nil {
-				followers = map[string]followerDue{}
-			}
-			f := followers[e.Follower]
-			f.behind = f.behind || e.Cursor < head
-			f.due = max(f.due, e.NextDue)
-			followers[e.Follower] = f
-		}
-		if len(conns) == 0 {
-			return nil
-		}
-		after := conns[0].Cursor
-		for _, e := range conns {
+		after := r.conns[0].Cursor
+		for _, e := range r.conns {
 			after = min(after, e.Cursor)
 		}
-		events, err = tx.Read(store.Query{After: after, Limit: p.cfg.BatchEvents, MaxBytes: p.cfg.BatchBytes})
+		r.events, err = tx.Read(store.Query{After: after, Limit: p.cfg.BatchEvents, MaxBytes: p.cfg.BatchBytes})
 		return err
 	})
-	if len(deadConns) > 0 && err == nil {
-		return true, time.Time{}, nil
+	return r, err
+}
+
+// pruneGoneNodes removes every edge of a connection whose node is gone:
+// the connection is gone too. It reports whether there were any.
+func (p *Pump) pruneGoneNodes(tx *store.Tx, all []store.Edge) (bool, error) {
+	var dead []string
+	for _, e := range all {
+		if e.Kind == abi.FollowerConnection && !p.members.Live(e.Node) {
+			dead = append(dead, e.Follower)
+		}
 	}
-	if err != nil {
-		return false, time.Time{}, err
+	if len(dead) == 0 {
+		return false, nil
 	}
-	next := p.startLanes(pub, followers, now)
-	if len(conns) == 0 || len(events) == 0 {
-		return false, next, nil
+	pruned := 0
+	for _, c := range dedupe(dead) {
+		n, err := tx.RemoveFollower(abi.FollowerConnection, c)
+		if err != nil {
+			return true, err
+		}
+		pruned += n
 	}
-	return true, next, p.connectionRound(ctx, pub, conns, events)
+	p.obs.Pruned("node_gone", pruned)
+	return true, nil
+}
+
+// splitEdges returns the connection edges behind head and, by follower,
+// the delivery state of the object followers.
+func splitEdges(all []store.Edge, head uint64) ([]store.Edge, map[string]followerDue) {
+	conns := make([]store.Edge, 0, len(all))
+	var followers map[string]followerDue
+	for _, e := range all {
+		if e.Kind == abi.FollowerConnection {
+			if e.Cursor < head {
+				conns = append(conns, e)
+			}
+			continue
+		}
+		if followers == nil {
+			followers = map[string]followerDue{}
+		}
+		f := followers[e.Follower]
+		f.behind = f.behind || e.Cursor < head
+		f.due = max(f.due, e.NextDue)
+		followers[e.Follower] = f
+	}
+	return conns, followers
 }
 
 // startLanes starts the lane of each follower due at now that has none
