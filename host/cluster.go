@@ -2,8 +2,10 @@ package host
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -11,6 +13,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/durable-host/host/host/cluster"
+	"github.com/durable-host/host/replica"
+	"github.com/durable-host/host/store"
 )
 
 // Cluster defaults (package cluster documents them).
@@ -49,9 +53,9 @@ func (n *Node) jetStream() (jetstream.JetStream, int, error) {
 }
 
 // newCluster wires the node's membership and object directory.
-func (n *Node) newCluster(js jetstream.JetStream, replicas int) (*cluster.Cluster, error) {
+func (n *Node) newCluster(js jetstream.JetStream, replicas int, takeover bool) (*cluster.Cluster, error) {
 	return cluster.New(cluster.Config{
-		JetStream: js, Self: n.id, DB: n.db, Replicas: replicas, Logger: n.log,
+		JetStream: js, Self: n.id, DB: n.db, Replicas: replicas, Logger: n.log, Takeover: takeover,
 		LeaseTTL: n.cfg.LeaseTTL, Heartbeat: n.cfg.Heartbeat,
 		Info: func() cluster.NodeInfo {
 			return cluster.NodeInfo{
@@ -109,4 +113,120 @@ func (m clusterMembership) Locate(ctx context.Context, object string) (string, e
 		return "", err
 	}
 	return m.c.Home(ctx, cluster.Object(id))
+}
+
+// newReplicas wires replication: the change stream (replicated like the
+// buckets) and this node's copies.
+func (n *Node) newReplicas(ctx context.Context, js jetstream.JetStream, streamReplicas, copies int) (*replicas, error) {
+	var log *replica.Log
+	err := cluster.RetryJS(ctx, n.log, "change stream", func(ctx context.Context) error {
+		var err error
+		log, err = replica.Open(ctx, replica.Config{JetStream: js, Replicas: streamReplicas, MaxPayload: int(n.nats.nc.MaxPayload())})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &replicas{
+		log: log, self: n.id, copies: copies, dir: filepath.Join(n.cfg.DataDir, "replicas"),
+		cl: n.cluster, active: n.objects.isActive, fenced: n.fenced, logger: n.log,
+		open: map[ObjectID]*store.File{},
+	}, nil
+}
+
+// fenced drops an object this node can no longer write (another node took
+// it over, or a change set's fate is unknown): the next call finds its
+// home in the directory again, and if that is here, catches the file up.
+func (n *Node) fenced(id ObjectID) {
+	n.cluster.Forget(cluster.Object(id))
+	go n.objects.evict(id)
+}
+
+// takeOver claims, after a node is gone, the objects this node keeps a
+// copy of whose home it was and whose successor this node is, and starts
+// them: their deliveries go on without waiting for a call.
+func (n *Node) takeOver(gone string) {
+	ctx := n.bgContext
+	for _, id := range n.replicas.copyIDs() {
+		if h, err := n.cluster.Holder(ctx, cluster.Object(id)); err != nil || h != gone {
+			continue
+		}
+		if h, err := n.cluster.Home(ctx, cluster.Object(id)); err == nil && h == n.id {
+			n.kick(id)
+		}
+	}
+}
+
+// ReplicaReport is where an object's file and its copies are, and how far
+// each is along its change stream: what `host replicas` shows.
+type ReplicaReport struct {
+	Object string `json:"object"`
+	// Home is the directory's holder ("" before the object's first use).
+	Home string `json:"home"`
+	// Want is the copies each object keeps besides its home (--replicas).
+	Want int `json:"want"`
+	// Stream is the change stream's last change set.
+	Stream replica.Tail `json:"stream"`
+	// Copies lists the home's file first, then every copy on a live node.
+	Copies []CopyInfo `json:"copies"`
+}
+
+// Replicas reports where id's file and its copies are.
+func (n *Node) Replicas(ctx context.Context, id ObjectID) (ReplicaReport, error) {
+	rep := ReplicaReport{Object: id.String(), Copies: []CopyInfo{}}
+	home, err := n.cluster.Holder(ctx, cluster.Object(id))
+	if err != nil {
+		return rep, err
+	}
+	rep.Home = home
+	if n.replicas == nil {
+		if home == n.id {
+			p, _ := store.ReadPosition(ctx, n.objectPath(id))
+			rep.Copies = append(rep.Copies, CopyInfo{Node: n.id, Home: true, Position: p})
+		}
+		return rep, nil
+	}
+	rep.Want = n.replicas.copies
+	if rep.Stream, err = n.replicas.log.Last(ctx, subjectOf(id)); err != nil {
+		return rep, err
+	}
+	for _, node := range n.cluster.Nodes() {
+		info, err := opReplica.on(ctx, n, node.ID, replicaRequest{Object: id.String(), Home: home == node.ID})
+		if err != nil {
+			n.log.Debug("replica info", slog.String("node", node.ID), slog.Any("err", err))
+			continue
+		}
+		if info == nil {
+			continue
+		}
+		if rep.Stream.Applied > info.Position.Applied {
+			info.Lag = rep.Stream.Applied - info.Position.Applied
+		}
+		rep.Copies = append(rep.Copies, *info)
+	}
+	sort.SliceStable(rep.Copies, func(i, j int) bool { return rep.Copies[i].Home && !rep.Copies[j].Home })
+	return rep, nil
+}
+
+// opReplica asks a node about its copy of an object, or its file when it
+// is the object's home.
+var opReplica = nodeOp("replica", 5*time.Second, (*Node).replicaLocal)
+
+type replicaRequest struct {
+	Object string `json:"object"`
+	Home   bool   `json:"home,omitempty"` // the node asked is the home
+}
+
+// replicaLocal describes this node's copy (or home file) of an object; nil
+// when it has neither.
+func (n *Node) replicaLocal(ctx context.Context, req replicaRequest) (*CopyInfo, error) {
+	id, err := ParseObjectID(req.Object)
+	if err != nil || n.replicas == nil {
+		return nil, err
+	}
+	info, ok, err := n.replicas.info(ctx, id, n.objectPath(id), req.Home)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return &info, nil
 }

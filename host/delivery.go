@@ -2,15 +2,11 @@ package host
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"sync/atomic"
 	"time"
-
-	"github.com/nats-io/nats.go"
 
 	"github.com/durable-host/host/abi"
 	"github.com/durable-host/host/delivery"
@@ -282,31 +278,22 @@ func (n *Node) Follow(ctx context.Context, publisherID ObjectID, req abi.FollowR
 		return store.Edge{}, err
 	}
 	req.Publisher = publisherID.String()
-	var e store.Edge
-	err := n.onHome(ctx, publisherID, func() error {
-		var err error
-		e, err = n.followLocal(ctx, publisherID, req, n.id)
-		return err
-	}, func(node string) error {
-		m := nats.NewMsg("")
-		objectHeader(m, publisherID)
-		m.Header.Set(hdrArg, n.id)
-		m.Data = abi.AppendFollowRequest(nil, &req)
-		reply, err := n.request(ctx, node, opFollow, m, n.remoteTimeout())
-		if err != nil {
-			var re *remoteError
-			if errors.As(err, &re) && re.code == codeRefused {
-				return &vm.RefusedError{Reason: re.reason}
-			}
-			return err
-		}
-		return json.Unmarshal(reply.Data, &e)
-	})
-	return e, err
+	return opFollow.onHome(ctx, n, publisherID, followRequest{FollowRequest: req, Node: n.id})
+}
+
+// opFollow runs a follow on the publisher's home.
+var opFollow = objectOp("follow", 0, (*Node).followLocal)
+
+// followRequest is a follow as it crosses to the publisher's home: the
+// request and the node the follower lives on.
+type followRequest struct {
+	abi.FollowRequest
+	Node string
 }
 
 // followLocal runs the follow on the publisher's home.
-func (n *Node) followLocal(ctx context.Context, publisherID ObjectID, req abi.FollowRequest, followerNode string) (store.Edge, error) {
+func (n *Node) followLocal(ctx context.Context, publisherID ObjectID, freq followRequest) (store.Edge, error) {
+	req, followerNode := freq.FollowRequest, freq.Node
 	o, err := n.objects.acquire(publisherID)
 	if err != nil {
 		return store.Edge{}, err
@@ -355,29 +342,18 @@ func (n *Node) followLocal(ctx context.Context, publisherID ObjectID, req abi.Fo
 
 // Unfollow removes a follower's edge on publisher's topic.
 func (n *Node) Unfollow(ctx context.Context, publisherID ObjectID, kind abi.FollowerKind, follower, topic string) (bool, error) {
-	var removed bool
-	err := n.onHome(ctx, publisherID, func() error {
-		var err error
-		removed, err = n.unfollowLocal(ctx, publisherID, kind, follower, topic)
-		return err
-	}, func(node string) error {
-		m := nats.NewMsg("")
-		objectHeader(m, publisherID)
-		m.Data = abi.AppendFollowRequest(nil, &abi.FollowRequest{Kind: kind, Follower: follower, Topic: topic})
-		reply, err := n.request(ctx, node, opUnfollow, m, n.remoteTimeout())
-		if err == nil {
-			removed = string(reply.Data) == "true"
-		}
-		return err
-	})
-	return removed, err
+	return opUnfollow.onHome(ctx, n, publisherID, abi.FollowRequest{Kind: kind, Follower: follower, Topic: topic})
 }
 
-func (n *Node) unfollowLocal(ctx context.Context, publisherID ObjectID, kind abi.FollowerKind, follower, topic string) (bool, error) {
+// opUnfollow removes a follower's edge on the publisher's home.
+var opUnfollow = objectOp("unfollow", 0, (*Node).unfollowLocal)
+
+// unfollowLocal removes the edge of req's follower on req's topic.
+func (n *Node) unfollowLocal(ctx context.Context, publisherID ObjectID, req abi.FollowRequest) (bool, error) {
 	var removed bool
 	err := n.between(ctx, publisherID, func(tx *store.Tx) error {
 		var err error
-		removed, err = tx.RemoveEdge(kind, follower, topic)
+		removed, err = tx.RemoveEdge(req.Kind, req.Follower, req.Topic)
 		return err
 	})
 	return removed, err
@@ -388,23 +364,11 @@ func (n *Node) RemoveEdge(ctx context.Context, publisherID ObjectID, id int64) (
 	if err := publisherID.Validate(); err != nil {
 		return false, err
 	}
-	var removed bool
-	err := n.onHome(ctx, publisherID, func() error {
-		var err error
-		removed, err = n.removeEdgeLocal(ctx, publisherID, id)
-		return err
-	}, func(node string) error {
-		m := nats.NewMsg("")
-		objectHeader(m, publisherID)
-		m.Data = []byte(strconv.FormatInt(id, 10))
-		reply, err := n.request(ctx, node, opRmEdge, m, n.remoteTimeout())
-		if err == nil {
-			removed = string(reply.Data) == "true"
-		}
-		return err
-	})
-	return removed, err
+	return opRemoveEdge.onHome(ctx, n, publisherID, id)
 }
+
+// opRemoveEdge removes an edge by id on the publisher's home.
+var opRemoveEdge = objectOp("rmedge", 0, (*Node).removeEdgeLocal)
 
 func (n *Node) removeEdgeLocal(ctx context.Context, publisherID ObjectID, id int64) (bool, error) {
 	var removed bool
@@ -427,27 +391,17 @@ func (n *Node) Edges(ctx context.Context, publisherID ObjectID) ([]store.Edge, e
 	if _, err := n.programs.latest(ctx, publisherID.Program); err != nil {
 		return nil, err
 	}
-	var edges []store.Edge
-	err := n.onHome(ctx, publisherID, func() error {
-		var err error
-		edges, err = n.edgesLocal(ctx, publisherID)
-		return err
-	}, func(node string) error {
-		m := nats.NewMsg("")
-		objectHeader(m, publisherID)
-		reply, err := n.request(ctx, node, opEdges, m, n.remoteTimeout())
-		if err == nil {
-			err = json.Unmarshal(reply.Data, &edges)
-		}
-		return err
-	})
+	edges, err := opEdges.onHome(ctx, n, publisherID, struct{}{})
 	if edges == nil {
 		edges = []store.Edge{}
 	}
 	return edges, err
 }
 
-func (n *Node) edgesLocal(ctx context.Context, publisherID ObjectID) ([]store.Edge, error) {
+// opEdges lists a publisher's edges on its home.
+var opEdges = objectOp("edges", 0, (*Node).edgesLocal)
+
+func (n *Node) edgesLocal(ctx context.Context, publisherID ObjectID, _ struct{}) ([]store.Edge, error) {
 	var edges []store.Edge
 	err := n.between(ctx, publisherID, func(tx *store.Tx) error {
 		var err error
@@ -460,22 +414,19 @@ func (n *Node) edgesLocal(ctx context.Context, publisherID ObjectID) ([]store.Ed
 // pruneConnection removes every edge conn holds on publisher: its socket is
 // gone.
 func (n *Node) pruneConnection(ctx context.Context, publisherID ObjectID, conn string) {
-	err := n.onHome(ctx, publisherID, func() error {
-		n.pruneLocal(ctx, publisherID, conn)
-		return nil
-	}, func(node string) error {
-		m := nats.NewMsg("")
-		objectHeader(m, publisherID)
-		m.Data = []byte(conn)
-		_, err := n.request(ctx, node, opPrune, m, 10*time.Second)
-		return err
-	})
+	_, err := opPrune.onHome(ctx, n, publisherID, conn)
 	if err != nil && !errors.Is(err, ErrShuttingDown) {
 		n.log.Debug("prune connection", slog.String("conn", conn), slog.Any("err", err))
 	}
 }
 
-func (n *Node) pruneLocal(ctx context.Context, publisherID ObjectID, conn string) {
+// opPrune removes a gone connection's edges on the publisher's home.
+var opPrune = objectOp("prune", quickWait, (*Node).pruneLocal)
+
+// pruneLocal logs its failure where it happened and answers done: a prune
+// is best effort, since a publisher's pump also prunes the edges of sockets
+// their node reports gone.
+func (n *Node) pruneLocal(ctx context.Context, publisherID ObjectID, conn string) (struct{}, error) {
 	err := n.between(ctx, publisherID, func(tx *store.Tx) error {
 		k, err := tx.RemoveFollower(abi.FollowerConnection, conn)
 		if k > 0 {
@@ -486,6 +437,7 @@ func (n *Node) pruneLocal(ctx context.Context, publisherID ObjectID, conn string
 	if err != nil && !errors.Is(err, ErrShuttingDown) {
 		n.log.Debug("prune connection", slog.String("conn", conn), slog.Any("err", err))
 	}
+	return struct{}{}, nil
 }
 
 // between runs f on an existing object's file between its calls.
@@ -575,5 +527,8 @@ func (n *Node) nodeGone(id string) {
 	n.log.Info("node gone", slog.String("gone", id))
 	for _, o := range n.objects.activeIDs() {
 		n.kick(o)
+	}
+	if n.replicas != nil {
+		go n.takeOver(id)
 	}
 }

@@ -34,6 +34,7 @@ func (n *Node) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/objects/{program}/{id}/{method}", n.authed(n.handleCall))
 	mux.HandleFunc("GET /v1/objects/{program}/{id}/connect", n.authed(n.handleConnect))
 	mux.HandleFunc("GET /v1/objects/{program}/{id}/edges", n.authed(n.handleEdges))
+	mux.HandleFunc("GET /v1/objects/{program}/{id}/replicas", n.authed(n.handleReplicas))
 	mux.HandleFunc("GET /v1/objects/{program}/{id}/stream", n.authed(n.handleStream))
 	mux.HandleFunc("DELETE /v1/objects/{program}/{id}/edges/{edge}", n.authed(n.handleDeleteEdge))
 	if n.cfg.Demo {
@@ -319,6 +320,21 @@ func (n *Node) handleEdges(w http.ResponseWriter, r *http.Request, p principal) 
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"object": p.showObject(id), "edges": edges})
+}
+
+func (n *Node) handleReplicas(w http.ResponseWriter, r *http.Request, p principal) {
+	id, err := p.object(r.PathValue("program"), r.PathValue("id"))
+	if err != nil {
+		n.failAs(w, p, err)
+		return
+	}
+	rep, err := n.Replicas(r.Context(), id)
+	if err != nil {
+		n.failAs(w, p, err)
+		return
+	}
+	rep.Object = p.showObject(id)
+	writeJSON(w, http.StatusOK, rep)
 }
 
 func (n *Node) handleDeleteEdge(w http.ResponseWriter, r *http.Request, p principal) {

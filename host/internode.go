@@ -1,6 +1,7 @@
 package host
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,25 +19,208 @@ import (
 	"github.com/durable-host/host/vm"
 )
 
-// Inter-node calls are NATS request/reply on per-node subjects:
-// host.node.<id>.<op>. A request carries the time its caller still waits
-// (a Timeout header, in ns): the handler's context ends then, so a
-// forwarded call stops waiting for an object's lock when its caller has
-// given up. Each reply carries a Status header (an HTTP status; 200 = ok)
-// and, on failure, a Code header the caller branches on (never the error's
-// text) and an Error header, the message for people.
-const (
-	opCall     = "call"
-	opFollow   = "follow"
-	opUnfollow = "unfollow"
-	opEdges    = "edges"
-	opRmEdge   = "rmedge"
-	opPrune    = "prune"
-	opConns    = "conns"
-	opDeliver  = "deliver"
-	opRange    = "range"
-	opStream   = "stream"
-)
+// Inter-node calls are NATS request/reply on per-node subjects,
+// host.node.<id>.<op>, through one typed layer: each operation is an op
+// value (its name, its request and reply types, its local function), one
+// codec encodes every request and reply, subscribe serves every op, and
+// onHome / on run one locally or send it. A request carries the time its
+// caller still waits (a Timeout header, in ns): the handler's context ends
+// then, so a forwarded call stops waiting for an object's lock when its
+// caller has given up. Each reply carries a Status header (an HTTP status;
+// 200 = ok) and, on failure, a Code header the caller branches on (never
+// the error's text), an Error header, the message for people, and for a
+// refusal the hook's Reason.
+
+// An op is one inter-node operation. To add one, declare it beside its
+// local function with objectOp or nodeOp, list it in ops, and call it with
+// onHome or on.
+type op[Req, Rep any] struct {
+	name string // the last token of its subject, and its metrics label
+	// home: the request names an object and is served only on its home,
+	// which the serving node checks first. Otherwise the caller names the
+	// node.
+	home bool
+	// timeout bounds a caller's wait; zero is remoteTimeout (time to
+	// activate the object and run a handler).
+	timeout time.Duration
+	local   func(n *Node, ctx context.Context, obj ObjectID, req Req) (Rep, error)
+}
+
+// objectOp is an op served on the home of the object its request names.
+func objectOp[Req, Rep any](name string, timeout time.Duration, local func(*Node, context.Context, ObjectID, Req) (Rep, error)) *op[Req, Rep] {
+	return &op[Req, Rep]{name: name, home: true, timeout: timeout, local: local}
+}
+
+// nodeOp is an op served on the node its caller names.
+func nodeOp[Req, Rep any](name string, timeout time.Duration, local func(*Node, context.Context, Req) (Rep, error)) *op[Req, Rep] {
+	return &op[Req, Rep]{name: name, timeout: timeout, local: func(n *Node, ctx context.Context, _ ObjectID, req Req) (Rep, error) {
+		return local(n, ctx, req)
+	}}
+}
+
+// quickWait bounds an op that neither activates an object nor runs a
+// handler.
+const quickWait = 10 * time.Second
+
+// ops is every inter-node operation; subscribe serves them all.
+var ops = []handler{opCall, opFollow, opUnfollow, opEdges, opRemoveEdge, opPrune, opStream, opConns, opDeliver, opRange, opReplica}
+
+// handler is an op as its subscription sees it, whatever its types.
+type handler interface {
+	opName() string
+	serve(ctx context.Context, n *Node, m *nats.Msg) (*nats.Msg, error)
+}
+
+func (o *op[Req, Rep]) opName() string { return o.name }
+
+// serve answers one request on this node: check the home, decode, run
+// local, encode.
+func (o *op[Req, Rep]) serve(ctx context.Context, n *Node, m *nats.Msg) (*nats.Msg, error) {
+	var obj ObjectID
+	if o.home {
+		var err error
+		if obj, err = ParseObjectID(m.Header.Get(hdrObject)); err != nil {
+			return nil, err
+		}
+		if err := n.ensureHome(ctx, obj); err != nil {
+			return nil, err
+		}
+	}
+	var req Req
+	if err := decode(m, &req); err != nil {
+		return nil, fmt.Errorf("%w: %s request: %v", ErrBadRequest, o.name, err)
+	}
+	rep, err := o.local(n, ctx, obj, req)
+	if err != nil {
+		return nil, err
+	}
+	out := &nats.Msg{Header: nats.Header{}}
+	if err := encode(out, rep); err != nil {
+		return nil, fmt.Errorf("%s reply: %w", o.name, err)
+	}
+	return out, nil
+}
+
+// onHome runs o on obj's home: here, or sent over NATS. A stale directory
+// answer is retried once after a fresh lookup.
+func (o *op[Req, Rep]) onHome(ctx context.Context, n *Node, obj ObjectID, req Req) (Rep, error) {
+	for attempt := 0; ; attempt++ {
+		if n.objects.isActive(obj) {
+			return o.local(n, ctx, obj, req)
+		}
+		h, err := n.cluster.Home(ctx, cluster.Object(obj))
+		if err != nil {
+			var zero Rep
+			return zero, err
+		}
+		if h == n.id {
+			return o.local(n, ctx, obj, req)
+		}
+		rep, err := o.send(ctx, n, h, obj, req)
+		if errors.Is(err, errNotHome) && attempt == 0 {
+			n.cluster.Forget(cluster.Object(obj))
+			continue
+		}
+		return rep, err
+	}
+}
+
+// on runs o on node: directly when it is this node, else over NATS.
+func (o *op[Req, Rep]) on(ctx context.Context, n *Node, node string, req Req) (Rep, error) {
+	if node == n.id {
+		return o.local(n, ctx, ObjectID{}, req)
+	}
+	return o.send(ctx, n, node, ObjectID{}, req)
+}
+
+// send asks node to run o, whichever node that is, and decodes its reply.
+func (o *op[Req, Rep]) send(ctx context.Context, n *Node, node string, obj ObjectID, req Req) (Rep, error) {
+	var rep Rep
+	m := &nats.Msg{Header: nats.Header{}}
+	if o.home {
+		m.Header.Set(hdrObject, obj.String())
+	}
+	if err := encode(m, req); err != nil {
+		return rep, fmt.Errorf("%s request: %w", o.name, err)
+	}
+	reply, err := n.request(ctx, node, o.name, m, cmp.Or(o.timeout, n.remoteTimeout()))
+	if err != nil {
+		return rep, err
+	}
+	if err := decode(reply, &rep); err != nil {
+		return rep, fmt.Errorf("%s reply from node %s: %w", o.name, node, err)
+	}
+	return rep, nil
+}
+
+// encode is the codec, one encoding for every request and reply, chosen
+// by type in this one place. Bytes stay as they are: a []byte (a call's
+// reply) or a string is the body itself, and a call's payload is the body
+// beside its method in a header, so a call is not copied into an envelope.
+// What has a compact length-prefixed form already (follow requests,
+// connection batches, object deliveries, events) keeps it. Anything else
+// is JSON; struct{} is an empty body. The bodies are the ones the
+// per-operation handlers used before this layer, so nodes of either
+// version understand each other.
+func encode(m *nats.Msg, v any) error {
+	switch v := v.(type) {
+	case struct{}:
+	case []byte:
+		m.Data = v
+	case string:
+		m.Data = []byte(v)
+	case callRequest:
+		m.Header.Set(hdrMethod, v.Method)
+		m.Data = v.Payload
+	case followRequest:
+		m.Header.Set(hdrArg, v.Node)
+		m.Data = abi.AppendFollowRequest(nil, &v.FollowRequest)
+	case abi.FollowRequest:
+		m.Data = abi.AppendFollowRequest(nil, &v)
+	case *delivery.ConnBatch:
+		m.Data = delivery.AppendConnBatch(nil, v)
+	case *delivery.ObjectDelivery:
+		m.Data = delivery.AppendObjectDelivery(nil, v)
+	case []abi.Event:
+		m.Data = delivery.AppendEvents(nil, v)
+	default:
+		b, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		m.Data = b
+	}
+	return nil
+}
+
+// decode is encode's inverse; v points to the value to fill. Events come
+// without a publisher: the caller knows it.
+func decode(m *nats.Msg, v any) error {
+	var err error
+	switch v := v.(type) {
+	case *struct{}:
+	case *[]byte:
+		*v = m.Data
+	case *string:
+		*v = string(m.Data)
+	case *callRequest:
+		*v = callRequest{Method: m.Header.Get(hdrMethod), Payload: m.Data}
+	case *followRequest:
+		v.Node = m.Header.Get(hdrArg)
+		v.FollowRequest, err = abi.DecodeFollowRequest(m.Data)
+	case *abi.FollowRequest:
+		*v, err = abi.DecodeFollowRequest(m.Data)
+	case **delivery.ConnBatch:
+		*v, err = delivery.DecodeConnBatch(m.Data)
+	case **delivery.ObjectDelivery:
+		*v, err = delivery.DecodeObjectDelivery(m.Data)
+	case *[]abi.Event:
+		*v, err = delivery.DecodeEvents(m.Data, "")
+	default:
+		err = json.Unmarshal(m.Data, v)
+	}
+	return err
+}
 
 func nodeSubject(node, op string) string { return "host.node." + node + "." + op }
 
@@ -51,7 +235,6 @@ type remoteError struct {
 	status int
 	code   string
 	msg    string
-	reason string // a refused follow's reason, as the hook gave it
 }
 
 func (e *remoteError) Error() string { return e.msg }
@@ -113,17 +296,12 @@ const (
 	hdrReason  = "Reason"
 	hdrTimeout = "Timeout"
 	hdrObject  = "Object"
-	hdrMethod  = "Method"
-	hdrArg     = "Arg"
+	hdrMethod  = "Method" // a call's method
+	hdrArg     = "Arg"    // a follow's follower node
 )
 
 // subscribe serves this node's inter-node subjects.
 func (n *Node) subscribe() error {
-	handlers := map[string]func(context.Context, *nats.Msg) (*nats.Msg, error){
-		opCall: n.rpcCall, opFollow: n.rpcFollow, opUnfollow: n.rpcUnfollow,
-		opEdges: n.rpcEdges, opRmEdge: n.rpcRemoveEdge, opPrune: n.rpcPrune,
-		opConns: n.rpcConns, opDeliver: n.rpcDeliver, opRange: n.rpcRange, opStream: n.rpcStream,
-	}
 	placed, err := n.nats.nc.Subscribe(placedSubject, func(m *nats.Msg) {
 		n.rpcs.Add(1)
 		go func() {
@@ -135,9 +313,13 @@ func (n *Node) subscribe() error {
 		return err
 	}
 	n.subs = append(n.subs, placed)
-	for op, h := range handlers {
-		h := h
-		sub, err := n.nats.nc.Subscribe(nodeSubject(n.id, op), func(m *nats.Msg) {
+	return n.serve(ops...)
+}
+
+// serve subscribes each op on this node's subject for it.
+func (n *Node) serve(hs ...handler) error {
+	for _, h := range hs {
+		sub, err := n.nats.nc.Subscribe(nodeSubject(n.id, h.opName()), func(m *nats.Msg) {
 			// Each request runs on its own goroutine: a call may wait for
 			// an object's lock, and must not hold up the others.
 			n.rpcs.Add(1)
@@ -145,7 +327,7 @@ func (n *Node) subscribe() error {
 				defer n.rpcs.Done()
 				ctx, cancel := n.requestContext(m)
 				defer cancel()
-				reply, err := h(ctx, m)
+				reply, err := h.serve(ctx, n, m)
 				if reply == nil {
 					reply = nats.NewMsg(m.Reply)
 				}
@@ -154,8 +336,13 @@ func (n *Node) subscribe() error {
 					reply.Header = nats.Header{}
 				}
 				if err != nil {
+					code := codeOf(err)
 					reply.Header.Set(hdrStatus, strconv.Itoa(statusOf(err)))
-					reply.Header.Set(hdrCode, codeOf(err))
+					reply.Header.Set(hdrCode, code)
+					// Never an empty body: nats.go takes an empty reply
+					// with Status 503 for "no responders", and the code
+					// of a 503 (unavailable, shutting down) would be lost.
+					reply.Data = []byte(code)
 					reply.Header.Set(hdrError, n.apiMessage(err))
 					var re *vm.RefusedError
 					if errors.As(err, &re) {
@@ -178,8 +365,9 @@ func (n *Node) subscribe() error {
 	return nil
 }
 
-// request sends an inter-node request and turns a failure reply into an
-// error that keeps its status.
+// request sends an inter-node request with the caller's deadline and turns
+// a failure reply into its code's error: the same sentinel (errNotHome, a
+// refusal with its reason) or a remoteError that keeps the status.
 func (n *Node) request(ctx context.Context, node, op string, m *nats.Msg, timeout time.Duration) (*nats.Msg, error) {
 	m.Subject = nodeSubject(node, op)
 	rctx, cancel := context.WithTimeout(ctx, timeout)
@@ -202,10 +390,13 @@ func (n *Node) request(ctx context.Context, node, op string, m *nats.Msg, timeou
 	if st := reply.Header.Get(hdrStatus); st != "200" {
 		status, _ := strconv.Atoi(st)
 		code := reply.Header.Get(hdrCode)
-		if code == codeNotHome {
+		switch code {
+		case codeNotHome:
 			return nil, errNotHome
+		case codeRefused:
+			return nil, &vm.RefusedError{Reason: reply.Header.Get(hdrReason)}
 		}
-		return nil, &remoteError{status: status, code: code, msg: reply.Header.Get(hdrError), reason: reply.Header.Get(hdrReason)}
+		return nil, &remoteError{status: status, code: code, msg: reply.Header.Get(hdrError)}
 	}
 	return reply, nil
 }
@@ -225,15 +416,6 @@ func (n *Node) remoteTimeout() time.Duration {
 	return max(n.cfg.VM.Budget, n.cfg.VM.InitBudget) + n.cfg.VM.Budget + 5*time.Second
 }
 
-func objectHeader(m *nats.Msg, id ObjectID) {
-	if m.Header == nil {
-		m.Header = nats.Header{}
-	}
-	m.Header.Set(hdrObject, id.String())
-}
-
-func msgObject(m *nats.Msg) (ObjectID, error) { return ParseObjectID(m.Header.Get(hdrObject)) }
-
 // ensureHome fails with errNotHome unless this node is obj's home.
 func (n *Node) ensureHome(ctx context.Context, obj ObjectID) error {
 	h, err := n.cluster.Home(ctx, cluster.Object(obj))
@@ -247,175 +429,34 @@ func (n *Node) ensureHome(ctx context.Context, obj ObjectID) error {
 	return nil
 }
 
-// atHome reads the object of an inter-node request and checks that this
-// node is its home.
-func (n *Node) atHome(ctx context.Context, m *nats.Msg) (ObjectID, error) {
-	id, err := msgObject(m)
-	if err != nil {
-		return id, err
-	}
-	return id, n.ensureHome(ctx, id)
+// The node ops: deliveries between nodes, addressed by node.
+
+// opConns carries a connection batch to the node of its sockets.
+var opConns = nodeOp("conns", quickWait, (*Node).sliceConns)
+
+// sliceConns is the receiving node's half of a connection batch: slice it
+// into this node's inboxes, report refusals and missing sockets.
+func (n *Node) sliceConns(_ context.Context, b *delivery.ConnBatch) (delivery.ConnResult, error) {
+	return delivery.Slice(b, n.conns.lookup), nil
 }
 
-// onHome runs local on obj's home: here, or forwarded over NATS by remote.
-// A stale directory answer is retried once after a fresh lookup.
-func (n *Node) onHome(ctx context.Context, obj ObjectID, local func() error, remote func(node string) error) error {
-	for attempt := 0; ; attempt++ {
-		if n.objects.isActive(obj) {
-			return local()
-		}
-		h, err := n.cluster.Home(ctx, cluster.Object(obj))
-		if err != nil {
-			return err
-		}
-		if h == n.id {
-			return local()
-		}
-		err = remote(h)
-		if errors.Is(err, errNotHome) && attempt == 0 {
-			n.cluster.Forget(cluster.Object(obj))
-			continue
-		}
-		return err
-	}
-}
+// opDeliver carries an object delivery to the follower's home.
+var opDeliver = nodeOp("deliver", 0, (*Node).receive)
 
-func (n *Node) rpcCall(ctx context.Context, m *nats.Msg) (*nats.Msg, error) {
-	id, err := n.atHome(ctx, m)
-	if err != nil {
-		return nil, err
-	}
-	out, err := n.callLocal(ctx, id, m.Header.Get(hdrMethod), m.Data)
-	if err != nil {
-		return nil, err
-	}
-	return &nats.Msg{Data: out}, nil
-}
+// opRange asks the node holding a publisher's log for a range of it.
+var opRange = nodeOp("range", quickWait, (*Node).rangeLocal)
 
-func (n *Node) forwardCall(ctx context.Context, node string, id ObjectID, method string, payload []byte) ([]byte, error) {
-	m := nats.NewMsg("")
-	objectHeader(m, id)
-	m.Header.Set(hdrMethod, method)
-	m.Data = payload
-	reply, err := n.request(ctx, node, opCall, m, n.remoteTimeout())
-	if err != nil {
-		return nil, err
-	}
-	return reply.Data, nil
-}
-
-func (n *Node) rpcFollow(ctx context.Context, m *nats.Msg) (*nats.Msg, error) {
-	id, err := n.atHome(ctx, m)
-	if err != nil {
-		return nil, err
-	}
-	req, err := abi.DecodeFollowRequest(m.Data)
-	if err != nil {
-		return nil, fmt.Errorf("%w: follow request: %v", ErrBadRequest, err)
-	}
-	e, err := n.followLocal(ctx, id, req, m.Header.Get(hdrArg))
-	if err != nil {
-		return nil, err
-	}
-	b, _ := json.Marshal(e)
-	return &nats.Msg{Data: b}, nil
-}
-
-func (n *Node) rpcUnfollow(ctx context.Context, m *nats.Msg) (*nats.Msg, error) {
-	id, err := n.atHome(ctx, m)
-	if err != nil {
-		return nil, err
-	}
-	req, err := abi.DecodeFollowRequest(m.Data)
-	if err != nil {
-		return nil, fmt.Errorf("%w: unfollow request: %v", ErrBadRequest, err)
-	}
-	ok, err := n.unfollowLocal(ctx, id, req.Kind, req.Follower, req.Topic)
-	if err != nil {
-		return nil, err
-	}
-	return &nats.Msg{Data: []byte(strconv.FormatBool(ok))}, nil
-}
-
-func (n *Node) rpcEdges(ctx context.Context, m *nats.Msg) (*nats.Msg, error) {
-	id, err := n.atHome(ctx, m)
-	if err != nil {
-		return nil, err
-	}
-	edges, err := n.edgesLocal(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	b, _ := json.Marshal(edges)
-	return &nats.Msg{Data: b}, nil
-}
-
-func (n *Node) rpcRemoveEdge(ctx context.Context, m *nats.Msg) (*nats.Msg, error) {
-	id, err := n.atHome(ctx, m)
-	if err != nil {
-		return nil, err
-	}
-	edge, err := strconv.ParseInt(string(m.Data), 10, 64)
-	if err != nil {
-		return nil, fmt.Errorf("%w: edge id", ErrBadRequest)
-	}
-	ok, err := n.removeEdgeLocal(ctx, id, edge)
-	if err != nil {
-		return nil, err
-	}
-	return &nats.Msg{Data: []byte(strconv.FormatBool(ok))}, nil
-}
-
-func (n *Node) rpcPrune(ctx context.Context, m *nats.Msg) (*nats.Msg, error) {
-	id, err := n.atHome(ctx, m)
-	if err != nil {
-		return nil, err
-	}
-	n.pruneLocal(ctx, id, string(m.Data))
-	return nil, nil
-}
-
-// rpcConns is the receiving node's half of a connection batch: decode once,
-// slice into this node's inboxes, report refusals and missing sockets.
-func (n *Node) rpcConns(ctx context.Context, m *nats.Msg) (*nats.Msg, error) {
-	b, err := delivery.DecodeConnBatch(m.Data)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBadRequest, err)
-	}
-	res := delivery.Slice(b, n.conns.lookup)
-	out, _ := json.Marshal(res)
-	return &nats.Msg{Data: out}, nil
-}
-
-func (n *Node) rpcDeliver(ctx context.Context, m *nats.Msg) (*nats.Msg, error) {
-	d, err := delivery.DecodeObjectDelivery(m.Data)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBadRequest, err)
-	}
-	res, err := n.receive(ctx, d)
-	if err != nil {
-		return nil, err
-	}
-	out, _ := json.Marshal(res)
-	return &nats.Msg{Data: out}, nil
-}
-
-// rpcRange serves a range of this node's copy of a publisher's log: the
+// rangeLocal serves a range of this node's copy of a publisher's log: the
 // holder's part of the read path.
-func (n *Node) rpcRange(ctx context.Context, m *nats.Msg) (*nats.Msg, error) {
-	d, err := delivery.DecodeObjectDelivery(m.Data)
-	if err != nil || d.Range == nil {
-		return nil, fmt.Errorf("%w: range request", ErrBadRequest)
+func (n *Node) rangeLocal(ctx context.Context, d *delivery.ObjectDelivery) ([]abi.Event, error) {
+	if d.Range == nil {
+		return nil, fmt.Errorf("%w: range request without a range", ErrBadRequest)
 	}
 	pub, err := ParseObjectID(d.Publisher)
 	if err != nil {
 		return nil, err
 	}
-	evs, err := store.Read(ctx, n.objectPath(pub), d.RangeQuery())
-	if err != nil {
-		return nil, err
-	}
-	return &nats.Msg{Data: delivery.AppendEvents(nil, evs)}, nil
+	return store.Read(ctx, n.objectPath(pub), d.RangeQuery())
 }
 
 // remoteTransport carries deliveries to other nodes; the local node is
@@ -423,31 +464,11 @@ func (n *Node) rpcRange(ctx context.Context, m *nats.Msg) (*nats.Msg, error) {
 type remoteTransport struct{ n *Node }
 
 func (t remoteTransport) Connections(ctx context.Context, node string, b *delivery.ConnBatch) (delivery.ConnResult, error) {
-	if node == t.n.id {
-		return delivery.Slice(b, t.n.conns.lookup), nil
-	}
-	m := nats.NewMsg("")
-	m.Data = delivery.AppendConnBatch(nil, b)
-	reply, err := t.n.request(ctx, node, opConns, m, 10*time.Second)
-	if err != nil {
-		return delivery.ConnResult{}, err
-	}
-	var res delivery.ConnResult
-	return res, json.Unmarshal(reply.Data, &res)
+	return opConns.on(ctx, t.n, node, b)
 }
 
 func (t remoteTransport) Object(ctx context.Context, node string, d *delivery.ObjectDelivery) (delivery.ObjectResult, error) {
-	if node == t.n.id {
-		return t.n.receive(ctx, d)
-	}
-	m := nats.NewMsg("")
-	m.Data = delivery.AppendObjectDelivery(nil, d)
-	reply, err := t.n.request(ctx, node, opDeliver, m, t.n.remoteTimeout())
-	if err != nil {
-		return delivery.ObjectResult{}, err
-	}
-	var res delivery.ObjectResult
-	return res, json.Unmarshal(reply.Data, &res)
+	return opDeliver.on(ctx, t.n, node, d)
 }
 
 // materializeRemote asks the publisher's home for a range of its log.
@@ -461,13 +482,7 @@ func (n *Node) materializeRemote(ctx context.Context, pub ObjectID, d *delivery.
 	}
 	q := *d
 	q.Events = nil
-	m := nats.NewMsg("")
-	m.Data = delivery.AppendObjectDelivery(nil, &q)
-	reply, err := n.request(ctx, h, opRange, m, 10*time.Second)
-	if err != nil {
-		return nil, err
-	}
-	return delivery.DecodeEvents(reply.Data, d.Publisher)
+	return opRange.send(ctx, n, h, ObjectID{}, &q)
 }
 
 func (n *Node) handleCluster(w http.ResponseWriter, r *http.Request, _ principal) {

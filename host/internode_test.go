@@ -81,3 +81,42 @@ func TestRefusedFollowAcrossNodesKeepsItsReason(t *testing.T) {
 		t.Fatalf("a socket's refused follow across nodes: %q", msg)
 	}
 }
+
+// BenchmarkForwardedCall is a warm call made on a node that is not the
+// object's home: the request and reply cross NATS through the embedded
+// servers' route on loopback, on top of what BenchmarkNodeCall measures.
+func BenchmarkForwardedCall(b *testing.B) {
+	// The product's lease timing, not the cluster tests' shorter one.
+	nodes, _ := hosttest.Cluster(b, 2, hosttest.Options{Programs: []string{"counter"}, Configure: func(c *host.Config) {
+		c.LeaseTTL, c.Heartbeat = host.DefaultLeaseTTL, host.DefaultHeartbeat
+	}})
+	ctx := context.Background()
+	id := host.ObjectID{Program: "counter", ID: "b"}
+	if _, err := nodes[0].Call(ctx, id, "get", nil); err != nil { // the home is node 0
+		b.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := nodes[1].Call(ctx, id, "get", nil)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("node 1 never reached the home: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if nodes[1].ActiveObjects() != 0 {
+		b.Fatal("the object is active on the calling node: the call is not forwarded")
+	}
+	for _, method := range []string{"get", "inc"} {
+		b.Run(method, func(b *testing.B) {
+			b.ReportAllocs()
+			for range b.N {
+				if _, err := nodes[1].Call(ctx, id, method, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -65,6 +65,15 @@ type Config struct {
 	// KVReplicas is the replication of the cluster's JetStream buckets when
 	// using an external NATS (--nats-url); the embedded cluster derives it.
 	KVReplicas int
+	// Replicas is how many nodes besides an object's home keep a copy of
+	// its file, applied from its change stream; ReplicasAuto (the default)
+	// means 2 once the cluster has three NATS servers, 0 on fewer. With
+	// copies, an object whose home dies is taken over with every
+	// acknowledged write.
+	Replicas int
+	// ReplicaAck is when a call is answered with copies on: ReplicaSync
+	// (the default) once its changes are in the replicated change stream.
+	ReplicaAck string
 	// Auth turns tenancy on: every request needs a token, programs and
 	// objects are namespaced by tenant, and tenant limits apply. The first
 	// start writes the operator token to DATA/admin.token.
@@ -100,6 +109,8 @@ func DefaultConfig() Config {
 		LeaseTTL:         DefaultLeaseTTL,
 		Heartbeat:        DefaultHeartbeat,
 		KVReplicas:       1,
+		Replicas:         ReplicasAuto,
+		ReplicaAck:       ReplicaSync,
 		TenantLimits:     DefaultTenantLimits(),
 		Logger:           slog.Default(),
 	}
@@ -122,6 +133,12 @@ func (c Config) Validate() error {
 	}
 	if c.MaxPayload < 1 {
 		errs = append(errs, errors.New("max payload must be positive"))
+	}
+	if c.Replicas < ReplicasAuto {
+		errs = append(errs, fmt.Errorf("replicas must be 0 or more (or %d for the default), not %d", ReplicasAuto, c.Replicas))
+	}
+	if c.ReplicaAck != ReplicaSync {
+		errs = append(errs, fmt.Errorf("replica ack must be %q, not %q", ReplicaSync, c.ReplicaAck))
 	}
 	if c.Sync != store.SyncNormal && c.Sync != store.SyncFull {
 		errs = append(errs, fmt.Errorf("sync must be NORMAL or FULL, not %q", c.Sync))
@@ -171,6 +188,7 @@ type Node struct {
 	objects  *objects
 	nats     *natsConn
 	cluster  *cluster.Cluster
+	replicas *replicas // nil without copies
 	streams  *streams
 	metrics  *metrics
 	dcfg     delivery.Config
@@ -259,8 +277,20 @@ func (n *Node) open(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if n.cluster, err = n.newCluster(js, replicas); err != nil {
+	copies := cfg.Replicas
+	if copies == ReplicasAuto {
+		copies = copiesFor(len(cfg.NATS.Routes) + 1)
+		if cfg.NATS.URL != "" {
+			copies = copiesFor(cfg.KVReplicas)
+		}
+	}
+	if n.cluster, err = n.newCluster(js, replicas, copies > 0); err != nil {
 		return err
+	}
+	if copies > 0 {
+		if n.replicas, err = n.newReplicas(ctx, js, replicas, copies); err != nil {
+			return err
+		}
 	}
 	// Every bucket at once: in a new cluster each replicated stream elects
 	// its own leader, and one after the other those elections were most of
@@ -284,6 +314,11 @@ func (n *Node) open(ctx context.Context) error {
 	n.shaper = newShaper(n.programs, n.engine, n.usage, n.metrics, n.log)
 	if err := n.cluster.Start(ctx); err != nil {
 		return err
+	}
+	if n.replicas != nil {
+		if err := n.replicas.start(n.bgContext, js); err != nil {
+			return err
+		}
 	}
 	if cfg.Auth {
 		path, created, err := n.tenants.ensureOperator(ctx, cfg.DataDir)
@@ -441,6 +476,9 @@ func (n *Node) closeParts(ctx context.Context) {
 	if n.objects != nil {
 		n.objects.closeAll()
 	}
+	if n.replicas != nil {
+		n.replicas.stop()
+	}
 	if n.shaper != nil {
 		n.shaper.close()
 	}
@@ -492,21 +530,21 @@ func (n *Node) Call(ctx context.Context, id ObjectID, method string, payload []b
 	if _, err := n.programs.latest(ctx, id.Program); err != nil {
 		return nil, err
 	}
-	var reply []byte
-	err := n.onHome(ctx, id, func() error {
-		var err error
-		reply, err = n.callLocal(ctx, id, method, payload)
-		return err
-	}, func(node string) error {
-		var err error
-		reply, err = n.forwardCall(ctx, node, id, method, payload)
-		return err
-	})
-	return reply, err
+	return opCall.onHome(ctx, n, id, callRequest{Method: method, Payload: payload})
+}
+
+// opCall runs a method call on the object's home.
+var opCall = objectOp("call", 0, (*Node).callLocal)
+
+// callRequest is a call as it crosses to the home: the payload is the
+// body as is, the method a header.
+type callRequest struct {
+	Method  string
+	Payload []byte
 }
 
 // callLocal runs a call on this node, the object's home.
-func (n *Node) callLocal(ctx context.Context, id ObjectID, method string, payload []byte) ([]byte, error) {
+func (n *Node) callLocal(ctx context.Context, id ObjectID, req callRequest) ([]byte, error) {
 	if !n.cluster.LeaseValid() {
 		return nil, fmt.Errorf("%w: this node's lease is not current", ErrUnavailable)
 	}
@@ -519,7 +557,7 @@ func (n *Node) callLocal(ctx context.Context, id ObjectID, method string, payloa
 		return nil, err
 	}
 	start := time.Now()
-	reply, err := o.call(ctx, method, payload)
+	reply, err := o.call(ctx, req.Method, req.Payload)
 	o.unlock()
 	n.metrics.observeCall(id.Program, time.Since(start), err)
 	if errors.Is(err, errDeactivated) {

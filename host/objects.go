@@ -182,6 +182,20 @@ func (r *objects) reapIdle(now time.Time) int {
 	return len(idle)
 }
 
+// evict deactivates id if it is active (its file is closed once the
+// handler holding it is done).
+func (r *objects) evict(id ObjectID) {
+	r.mu.Lock()
+	o, ok := r.active[id]
+	if ok {
+		r.remove(o)
+	}
+	r.mu.Unlock()
+	if ok {
+		r.deactivate([]*object{o})
+	}
+}
+
 // closeAll deactivates everything and refuses new activations.
 func (r *objects) closeAll() {
 	r.mu.Lock()
@@ -278,7 +292,13 @@ func (o *object) fileOpener() (func(context.Context) error, error) {
 		}
 	}
 	return func(ctx context.Context) error {
-		f, err := store.Open(ctx, path, o.node.cfg.Sync)
+		var f *store.File
+		var err error
+		if r := o.node.replicas; r != nil {
+			f, err = r.openHome(ctx, o.id, path, o.node.cfg.Sync)
+		} else {
+			f, err = store.Open(ctx, path, o.node.cfg.Sync)
+		}
 		if err != nil {
 			if created {
 				tu.objects.Add(-1)

@@ -74,6 +74,9 @@ type streamQuery struct {
 	Latest   bool   `json:"latest,omitempty"`
 }
 
+// opStream reads a subscription's batch on the object's home.
+var opStream = objectOp("stream", 0, (*Node).readLocal)
+
 // readLocal answers q from this node's copy of obj's file.
 func (n *Node) readLocal(ctx context.Context, obj ObjectID, q streamQuery) ([]abi.Event, error) {
 	return store.Read(ctx, n.objectPath(obj), store.Query{After: q.After, Topic: q.Topic,
@@ -82,39 +85,7 @@ func (n *Node) readLocal(ctx context.Context, obj ObjectID, q streamQuery) ([]ab
 
 // readStream answers q on obj's home.
 func (n *Node) readStream(ctx context.Context, obj ObjectID, q streamQuery) ([]abi.Event, error) {
-	var evs []abi.Event
-	err := n.onHome(ctx, obj, func() error {
-		var err error
-		evs, err = n.readLocal(ctx, obj, q)
-		return err
-	}, func(node string) error {
-		m := nats.NewMsg("")
-		objectHeader(m, obj)
-		m.Data, _ = json.Marshal(q)
-		reply, err := n.request(ctx, node, opStream, m, n.remoteTimeout())
-		if err != nil {
-			return err
-		}
-		evs, err = delivery.DecodeEvents(reply.Data, obj.String())
-		return err
-	})
-	return evs, err
-}
-
-func (n *Node) rpcStream(ctx context.Context, m *nats.Msg) (*nats.Msg, error) {
-	id, err := n.atHome(ctx, m)
-	if err != nil {
-		return nil, err
-	}
-	var q streamQuery
-	if err := json.Unmarshal(m.Data, &q); err != nil {
-		return nil, fmt.Errorf("%w: stream query: %v", ErrBadRequest, err)
-	}
-	evs, err := n.readLocal(ctx, id, q)
-	if err != nil {
-		return nil, err
-	}
-	return &nats.Msg{Data: delivery.AppendEvents(nil, evs)}, nil
+	return opStream.onHome(ctx, n, obj, q)
 }
 
 // streamReader is a subscription's delivery.StreamReader.

@@ -116,6 +116,7 @@ func (t *Tx) AddEdge(kind abi.FollowerKind, follower, node, topic, filter string
 	if err != nil {
 		return Edge{}, err
 	}
+	t.rec(opAddEdge, e.ID, int(kind), follower, node, topic, filter, head, now.UnixNano())
 	es := []Edge{e}
 	err = t.withFloor(es)
 	es[0].describe()
@@ -129,6 +130,7 @@ func (t *Tx) RemoveEdge(kind abi.FollowerKind, follower, topic string) (bool, er
 	if err != nil {
 		return false, err
 	}
+	t.rec(opRemoveEdge, int(kind), follower, topic)
 	n, _ := res.RowsAffected()
 	return n > 0, nil
 }
@@ -140,6 +142,7 @@ func (t *Tx) RemoveEdgeID(id int64) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	t.rec(opRemoveEdgeID, id)
 	n, _ := res.RowsAffected()
 	return n > 0, nil
 }
@@ -151,6 +154,7 @@ func (t *Tx) RemoveFollower(kind abi.FollowerKind, follower string) (int, error)
 	if err != nil {
 		return 0, err
 	}
+	t.rec(opRemoveFollow, int(kind), follower)
 	n, _ := res.RowsAffected()
 	return int(n), nil
 }
@@ -203,6 +207,7 @@ func (t *Tx) AdvanceConnections(seq uint64) error {
 	if _, err := t.f.floorPut.ExecContext(bg, int64(seq)); err != nil {
 		return fmt.Errorf("advance connection edges: %w", err)
 	}
+	t.rec(opConnFloor, seq)
 	t.patches = append(t.patches, func(es []Edge) {
 		for i := range es {
 			if es[i].Kind == abi.FollowerConnection {
@@ -245,6 +250,7 @@ func (t *Tx) DueNow(follower string) (int, error) {
 	}
 	k, _ := res.RowsAffected()
 	if k > 0 {
+		t.rec(opDueNow, follower)
 		t.patches = append(t.patches, func(es []Edge) {
 			for i := range es {
 				if es[i].Kind == abi.FollowerObject && es[i].Follower == follower && es[i].Unplaced > 0 {
@@ -271,6 +277,7 @@ func (t *Tx) AdvanceEdge(id int64, cursor uint64, attempts, unplaced int, nextDu
 	if _, err := t.f.advance.ExecContext(bg, int64(cursor), attempts, unplaced, due, nodeArg, id); err != nil {
 		return fmt.Errorf("advance edge %d: %w", id, err)
 	}
+	t.rec(opAdvanceEdge, id, cursor, attempts, unplaced, due, node)
 	t.patches = append(t.patches, func(es []Edge) {
 		for i := range es {
 			if es[i].ID == id {

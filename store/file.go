@@ -46,6 +46,14 @@ type File struct {
 	// round; nil when not loaded. Commits keep it current, rollbacks drop
 	// it.
 	edges []Edge
+
+	// ship, when set, makes each change set durable before its commit
+	// (SetShipper); pos is the file's position, read at Open and moved by
+	// each commit that ships. captureAll records change sets without
+	// shipping them.
+	ship       Shipper
+	pos        Position
+	captureAll bool
 }
 
 // Open opens the object file at path, creating it if needed and upgrading
@@ -104,6 +112,9 @@ func (f *File) init(ctx context.Context) error {
 	prep(&f.advance, `UPDATE edges SET cursor = MAX(cursor, ?), attempts = ?, unplaced = ?, next_due = ?, node = COALESCE(?, node) WHERE id = ?`)
 	prep(&f.floorGet, `SELECT COALESCE((SELECT cursor FROM conn_floor WHERE one = 1), 0)`)
 	prep(&f.floorPut, `INSERT INTO conn_floor (one, cursor) VALUES (1, ?) ON CONFLICT (one) DO UPDATE SET cursor = MAX(cursor, excluded.cursor)`)
+	if err == nil {
+		f.pos, err = f.readPosition()
+	}
 	return err
 }
 
@@ -136,6 +147,11 @@ type Tx struct {
 	// the cache cannot follow drops it.
 	dropEdges bool
 	patches   []func([]Edge)
+
+	// ops is the change set so far, when capture is on; pos is the
+	// position SetPosition wrote, the file's once committed.
+	ops []byte
+	pos *Position
 }
 
 // Begin starts a write transaction. SQLite calls use a background context:
@@ -154,10 +170,30 @@ func (t *Tx) Commit() error {
 		return errors.New("transaction already finished")
 	}
 	t.done = true
+	shipped := false
+	if t.f.ship != nil && len(t.ops) > 0 {
+		pos, err := t.f.ship(t.ops, t.f.pos)
+		if err == nil {
+			err = t.SetPosition(pos)
+			shipped = err == nil
+		}
+		if err != nil {
+			t.f.conn.ExecContext(context.Background(), "ROLLBACK")
+			t.f.edges = nil
+			return fmt.Errorf("commit: %w", err)
+		}
+	}
 	if _, err := t.f.conn.ExecContext(context.Background(), "COMMIT"); err != nil {
 		t.f.conn.ExecContext(context.Background(), "ROLLBACK")
 		t.f.edges = nil
+		if shipped {
+			// The stream holds a change this file does not: it is behind.
+			return fmt.Errorf("commit: %w: %v", ErrBehind, err)
+		}
 		return fmt.Errorf("commit: %w", err)
+	}
+	if t.pos != nil {
+		t.f.pos = *t.pos
 	}
 	switch {
 	case t.dropEdges:
@@ -210,12 +246,14 @@ func (t *Tx) Put(key, value []byte) error {
 		value = []byte{}
 	}
 	_, err := t.f.put.ExecContext(bg, key, value)
+	t.rec(opPut, key, value)
 	return err
 }
 
 // Delete removes a state value.
 func (t *Tx) Delete(key []byte) error {
 	_, err := t.f.del.ExecContext(bg, key)
+	t.rec(opDelete, key)
 	return err
 }
 
@@ -250,8 +288,12 @@ func (t *Tx) Append(topic string, payload []byte, at time.Time) (uint64, error) 
 		return 0, err
 	}
 	seq, err := res.LastInsertId()
+	if err != nil {
+		return 0, err
+	}
 	t.published++
-	return uint64(seq), err
+	t.rec(opAppend, uint64(seq), topic, payload, at.UnixNano())
+	return uint64(seq), nil
 }
 
 // Head returns the log's last seq (0 when empty).
@@ -278,6 +320,7 @@ func (t *Tx) Cursor(publisher, topic string) (uint64, error) {
 // SetCursor advances the receive cursor inside this transaction.
 func (t *Tx) SetCursor(publisher, topic string, seq uint64) error {
 	_, err := t.f.cursorPut.ExecContext(bg, publisher, topic, int64(seq))
+	t.rec(opSetCursor, publisher, topic, seq)
 	return err
 }
 

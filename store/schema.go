@@ -10,7 +10,7 @@ import (
 // Version is the schema version this package writes, kept in the file's
 // PRAGMA user_version. Open upgrades a file at an earlier version and
 // refuses one at a later version (written by a newer binary).
-const Version = 1
+const Version = 2
 
 // ErrSchemaTooNew is returned by Open for a file written by a newer binary
 // whose schema this one does not know.
@@ -39,6 +39,17 @@ var migrations = []func(ctx context.Context, c *sql.Conn) error{
 			}
 		}
 		return nil
+	},
+	// 1 → 2: the file's position on its object's change stream, for
+	// replicas (files made before replicas have none: position zero).
+	func(ctx context.Context, c *sql.Conn) error {
+		_, err := c.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS replication (
+	one     INTEGER PRIMARY KEY CHECK (one = 1),
+	applied INTEGER NOT NULL,
+	seq     INTEGER NOT NULL,
+	sum     INTEGER NOT NULL
+)`)
+		return err
 	},
 }
 

@@ -58,6 +58,7 @@ Then:        host call counter/c1 inc`,
 			watchCommand(stdout),
 			subscribeCommand(stdout),
 			edgesCommand(stdout),
+			replicasCommand(stdout),
 			unfollowCommand(stdout),
 			examplesCommand(stdout),
 			clusterCommand(stdout),
@@ -108,6 +109,8 @@ func nodeFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "lease-ttl", Value: d.LeaseTTL, EnvVars: []string{"HOST_LEASE_TTL"}, Usage: "a node that has not renewed its cluster lease for this long is gone for good (its id never returns)"},
 		&cli.DurationFlag{Name: "heartbeat", Value: d.Heartbeat, EnvVars: []string{"HOST_HEARTBEAT"}, Usage: "how often a node renews its lease"},
 		&cli.IntFlag{Name: "kv-replicas", Value: d.KVReplicas, EnvVars: []string{"HOST_KV_REPLICAS"}, Usage: "replicas of the cluster's JetStream buckets with --nats-url (the embedded cluster picks 3 from 3 nodes up)"},
+		&cli.IntFlag{Name: "replicas", Value: d.Replicas, EnvVars: []string{"HOST_REPLICAS"}, Usage: "nodes besides an object's home that keep a copy of its file, so a node can die and lose nothing acknowledged (-1: 2 once the cluster has 3 nodes, 0 on fewer)"},
+		&cli.StringFlag{Name: "replica-ack", Value: d.ReplicaAck, EnvVars: []string{"HOST_REPLICA_ACK"}, Usage: "with copies, answer a call once its changes are in the replicated change stream (sync)"},
 		&cli.StringFlag{Name: "fanout", Value: string(d.Delivery.FanOut), EnvVars: []string{"HOST_FANOUT"}, Usage: "how connection events cross nodes: node (one call per node; the product), or the benchmark baselines socket (one send per watcher) and subject (NATS subject per topic)"},
 		&cli.BoolFlag{Name: "auth", EnvVars: []string{"HOST_AUTH"}, Usage: "tenancy: every request needs a token; the first start writes the operator token to DATA/admin.token (see host tenant --help)"},
 		&cli.StringFlag{Name: "tenant-limits", EnvVars: []string{"HOST_TENANT_LIMITS"}, Usage: "default tenant limits as `JSON` over the built-in ones, e.g. '{\"programs\":20,\"publish_rate\":500}' (see host tenant --help)"},
@@ -135,6 +138,8 @@ func nodeConfig(c *cli.Context, stderr io.Writer) (host.Config, error) {
 	cfg.LeaseTTL = c.Duration("lease-ttl")
 	cfg.Heartbeat = c.Duration("heartbeat")
 	cfg.KVReplicas = c.Int("kv-replicas")
+	cfg.Replicas = c.Int("replicas")
+	cfg.ReplicaAck = c.String("replica-ack")
 	cfg.Delivery.FanOut = delivery.FanOut(c.String("fanout"))
 	cfg.Auth = c.Bool("auth")
 	if js := c.String("tenant-limits"); js != "" {

@@ -172,6 +172,16 @@ func (c *Client) Edges(ctx context.Context, object string, v any) error {
 	return c.Get(ctx, id.path()+"/edges", v)
 }
 
+// Replicas decodes into v where object's file and its copies are and how
+// far each is along its change stream: GET /v1/objects/PROGRAM/ID/replicas.
+func (c *Client) Replicas(ctx context.Context, object string, v any) error {
+	id, err := parseObject(object)
+	if err != nil {
+		return err
+	}
+	return c.Get(ctx, id.path()+"/replicas", v)
+}
+
 // Unfollow removes one of object's edges by the id Edges shows:
 // DELETE /v1/objects/PROGRAM/ID/edges/EDGE.
 func (c *Client) Unfollow(ctx context.Context, object, edge string, v any) error {

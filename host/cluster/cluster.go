@@ -96,6 +96,10 @@ type Config struct {
 	// node that is gone (a reclaim): whoever waited for it to be served
 	// again can go on now.
 	Moved func(Object)
+	// Takeover, when set, lets a live node take over an object whose home
+	// is gone (its copies are current): the object's successor claims it
+	// in the directory. Unset, such an object is unavailable.
+	Takeover bool
 	// BeforeWatch, when set, runs before each lease watch starts (tests:
 	// a store slow to answer at start-up).
 	BeforeWatch func()
@@ -337,6 +341,10 @@ func (c *Cluster) run() {
 			continue
 		}
 		rctx, rcancel := context.WithTimeout(ctx, c.ttl/2)
+		// The lease runs from before the renewal was sent: the store's TTL
+		// starts later, so this node never believes in a lease the store
+		// has already ended (a node taking its objects over waits for that).
+		sent := time.Now()
 		newRev, err := c.nodes.Update(rctx, "n."+c.self, c.info(), rev)
 		if isWrongSequence(err) {
 			// A renewal that timed out on our side may have landed: if the
@@ -351,7 +359,7 @@ func (c *Cluster) run() {
 		rcancel()
 		if err == nil {
 			c.mu.Lock()
-			c.rev, c.renewed = newRev, time.Now()
+			c.rev, c.renewed = newRev, sent
 			c.mu.Unlock()
 			continue
 		}

@@ -5,7 +5,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
+	"sort"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -63,9 +65,96 @@ func (c *Cluster) Home(ctx context.Context, obj Object) (string, error) {
 			}
 			continue
 		}
+		if c.cfg.Takeover {
+			// The object's successor (the first live node in its order,
+			// which holds a copy) takes it over; others send it there.
+			succ := c.successor(obj)
+			if succ != c.self {
+				return succ, nil
+			}
+			if _, err := c.dir.Update(ctx, key, []byte(c.self), e.Revision()); err == nil {
+				c.log.Info("object taken over", slog.String("object", obj.String()), slog.String("from", holder))
+				c.cache(obj, c.self)
+				if c.cfg.Moved != nil {
+					c.cfg.Moved(obj)
+				}
+				return c.self, nil
+			}
+			continue
+		}
 		return "", fmt.Errorf("%w: %s lived on node %s, which is gone; it is served again once its replica is taken over", ErrObjectUnavailable, obj, holder)
 	}
 	return "", fmt.Errorf("%w: %s: directory contention", ErrUnavailable, obj)
+}
+
+// Ranked returns the live nodes in obj's own order (rendezvous hashing):
+// an object's copies are on the first nodes after its home, and when its
+// home is gone the first live one takes it over. Every node computes the
+// same order from the same live set; a moment's disagreement costs a
+// forward or a copy made late, never a second home (the directory's
+// compare-and-set decides).
+func (c *Cluster) Ranked(obj Object) []string {
+	c.mu.Lock()
+	ids := make([]string, 0, len(c.seen))
+	for id := range c.seen {
+		if !c.dead[id] {
+			ids = append(ids, id)
+		}
+	}
+	c.mu.Unlock()
+	score := func(id string) uint64 {
+		h := fnv.New64a()
+		h.Write([]byte(obj.Program))
+		h.Write([]byte{0})
+		h.Write([]byte(obj.ID))
+		h.Write([]byte{0})
+		h.Write([]byte(id))
+		return h.Sum64()
+	}
+	sort.Slice(ids, func(i, j int) bool {
+		si, sj := score(ids[i]), score(ids[j])
+		if si != sj {
+			return si > sj
+		}
+		return ids[i] < ids[j]
+	})
+	return ids
+}
+
+// Copies returns the n nodes that keep a copy of obj whose home is home:
+// the first live ones in its order, the home left out.
+func (c *Cluster) Copies(obj Object, home string, n int) []string {
+	var out []string
+	for _, id := range c.Ranked(obj) {
+		if len(out) == n {
+			break
+		}
+		if id != home {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// successor is the node that takes obj over when its home is gone.
+func (c *Cluster) successor(obj Object) string {
+	if r := c.Ranked(obj); len(r) > 0 {
+		return r[0]
+	}
+	return c.self
+}
+
+// Holder returns the directory's entry for obj without claiming it ("":
+// none), for operators.
+func (c *Cluster) Holder(ctx context.Context, obj Object) (string, error) {
+	e, err := c.dir.Get(ctx, dirKey(obj))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("%w: object directory: %v", ErrUnavailable, err)
+	}
+	return string(e.Value()), nil
 }
 
 func (c *Cluster) cache(obj Object, node string) string {

@@ -1,0 +1,447 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	_ "modernc.org/sqlite"
+
+	hclient "github.com/durable-host/host/host/client"
+	"github.com/durable-host/host/vm/vmtest"
+)
+
+// replicaTTL is the lease of the replica process tests: short, so a
+// takeover happens soon, but longer than a JetStream leader election
+// (4-9 s after the leader is missed): the killed home may have led the
+// lease bucket, and the survivors' leases must outlast the election.
+const replicaTTL = 12 * time.Second
+
+// replicaCluster is three `host serve` processes with copies on (the
+// default for three nodes), each restartable on its data directory.
+type replicaCluster struct {
+	t       *testing.T
+	bin     string
+	addrs   []string
+	routes  []string
+	data    []string
+	servers []*server
+	cs      []*hclient.Client
+}
+
+func startReplicaCluster(t *testing.T) *replicaCluster {
+	t.Helper()
+	rc := &replicaCluster{t: t, bin: hostBinary(t)}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for i, s := range rc.servers {
+				if s != nil {
+					if !s.waited && os.Getenv("HOST_TEST_STACKS") != "" {
+						s.cmd.Process.Signal(syscall.SIGQUIT)
+						<-s.done
+						s.waited = true
+					}
+					t.Logf("node %d:\n%s", i, s.out)
+				}
+			}
+		}
+	})
+	for range 3 {
+		rc.addrs = append(rc.addrs, freePort(t))
+		rc.routes = append(rc.routes, freePort(t))
+		rc.data = append(rc.data, t.TempDir())
+	}
+	rc.servers = make([]*server, 3)
+	for i := range 3 {
+		rc.start(i)
+		rc.cs = append(rc.cs, &hclient.Client{Base: "http://" + rc.addrs[i]})
+	}
+	for i := range 3 {
+		waitHealthy(t, rc.addrs[i], rc.servers[i])
+	}
+	rc.waitNodes(3)
+	return rc
+}
+
+func (rc *replicaCluster) start(i int) {
+	var peers []string
+	for j, r := range rc.routes {
+		if j != i {
+			peers = append(peers, r)
+		}
+	}
+	rc.servers[i] = startClusterNode(rc.t, rc.bin, rc.data[i], rc.addrs[i], rc.routes[i], peers,
+		"--lease-ttl", replicaTTL.String(), "--heartbeat", "500ms", "--log-level", "debug")
+}
+
+// waitNodes waits until every live node sees n live nodes.
+func (rc *replicaCluster) waitNodes(n int) {
+	rc.t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for i := 0; i < 3; {
+		var v struct{ Nodes []any }
+		if rc.servers[i] == nil || rc.cs[i].Get(context.Background(), "/v1/cluster", &v) == nil && len(v.Nodes) == n {
+			i++
+			continue
+		}
+		if time.Now().After(deadline) {
+			rc.t.Fatalf("node %d does not see %d nodes", i, n)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// home returns the index of the node that is obj's home.
+func (rc *replicaCluster) home(obj string, via int) int {
+	rc.t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var rep struct{ Home string }
+		var health struct{ Node string }
+		if err := rc.cs[via].Replicas(ctx, obj, &rep); err == nil {
+			for i, c := range rc.cs {
+				if rc.servers[i] != nil && c.Get(ctx, "/healthz", &health) == nil && health.Node == rep.Home {
+					return i
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			rc.t.Fatalf("no live node is the home of %s", obj)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// writers posts to chat/room1 from four clients until stopped, each under
+// authors of its own, through whichever live node it picks; it records the
+// seq each acknowledged post's reply gave.
+type writers struct {
+	mu      sync.Mutex
+	ackedAt map[string]int64
+	lastAck atomic.Int64 // Unix ns: when the latest acknowledged call was sent
+	acked   atomic.Int64
+	down    sync.Map // node index → true while it is down
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	errs    chan error
+}
+
+func (rc *replicaCluster) write(k int) *writers {
+	w := &writers{ackedAt: map[string]int64{}, stop: make(chan struct{}), errs: make(chan error, 4)}
+	for k := range k {
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(k), 1))
+			for i := 0; ; i++ {
+				select {
+				case <-w.stop:
+					return
+				default:
+				}
+				node := rng.IntN(3)
+				if _, down := w.down.Load(node); down {
+					continue
+				}
+				author := fmt.Sprintf("w%d-%05d", k, i)
+				sent := time.Now()
+				ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+				out, err := rc.cs[node].Call(ctx, "chat/room1", "post", []byte(fmt.Sprintf(`{"author":%q,"text":"x"}`, author)))
+				cancel()
+				if err != nil {
+					time.Sleep(20 * time.Millisecond)
+					continue
+				}
+				var r struct{ N int64 }
+				if err := json.Unmarshal(out, &r); err != nil || r.N == 0 {
+					w.errs <- fmt.Errorf("post reply %q: %v", out, err)
+					return
+				}
+				w.mu.Lock()
+				w.ackedAt[author] = r.N
+				w.mu.Unlock()
+				w.acked.Add(1)
+				for {
+					// The latest call sent that was acknowledged.
+					prev := w.lastAck.Load()
+					if prev >= sent.UnixNano() || w.lastAck.CompareAndSwap(prev, sent.UnixNano()) {
+						break
+					}
+				}
+			}
+		}()
+	}
+	return w
+}
+
+func (w *writers) halt(t *testing.T) {
+	close(w.stop)
+	w.wg.Wait()
+	select {
+	case err := <-w.errs:
+		t.Fatal(err)
+	default:
+	}
+}
+
+func (w *writers) waitAcked(t *testing.T, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(120 * time.Second)
+	for w.acked.Load() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d posts acknowledged", w.acked.Load(), n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// waitServed waits for a post sent after since to be acknowledged and
+// returns how long after since it was sent: the object was served again
+// by then.
+func (w *writers) waitServed(t *testing.T, since time.Time, within time.Duration) time.Duration {
+	t.Helper()
+	for {
+		if last := time.Unix(0, w.lastAck.Load()); last.After(since) {
+			return last.Sub(since)
+		}
+		if time.Since(since) > within {
+			t.Fatalf("the object did not answer within %v of losing its home", within)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// history returns chat/room1's posts in seq order, after one last post
+// that says how many committed in all.
+func (rc *replicaCluster) history(t *testing.T, via int) []string {
+	t.Helper()
+	ctx := context.Background()
+	out, err := rc.cs[via].Call(ctx, "chat/room1", "post", []byte(`{"author":"last","text":"end"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last struct{ N int64 }
+	json.Unmarshal(out, &last)
+	if last.N > 1000 {
+		t.Fatalf("%d posts: more than history lists at once", last.N)
+	}
+	out, err = rc.cs[via].Call(ctx, "chat/room1", "history", []byte(`{"limit":1000}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hist []struct{ Author string }
+	if err := json.Unmarshal(out, &hist); err != nil {
+		t.Fatal(err)
+	}
+	if int64(len(hist)) != last.N {
+		t.Fatalf("history has %d posts, the last post's seq is %d", len(hist), last.N)
+	}
+	authors := make([]string, len(hist))
+	for i, m := range hist {
+		authors[i] = m.Author
+	}
+	return authors
+}
+
+// checkByIdentity: every acknowledged post is in the history at the seq its
+// reply gave, and no post is there twice.
+func (w *writers) checkByIdentity(t *testing.T, history []string) {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, a := range history {
+		if seen[a] {
+			t.Fatalf("post %s committed twice", a)
+		}
+		seen[a] = true
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for author, n := range w.ackedAt {
+		if n > int64(len(history)) || history[n-1] != author {
+			got := "nothing"
+			if n <= int64(len(history)) {
+				got = history[n-1]
+			}
+			t.Fatalf("acknowledged post %s (seq %d) was lost: seq %d holds %s", author, n, n, got)
+		}
+	}
+	t.Logf("%d posts acknowledged, %d committed in all", len(w.ackedAt), len(history))
+}
+
+// TestTakeoverAfterKill9 kills the home of a chat room with SIGKILL while
+// four clients post to it through every node, three times in a row (the
+// killed node restarted each time, under a new id). Each time the room
+// answers again within the lease TTL plus 10 s; at the end every
+// acknowledged post is there by identity, none twice, and the tally that
+// follows the room (killed with it the first time: both are homed on
+// node 0) counted each committed post exactly once with no failed attempt.
+//
+// conformance: D16 D17 D20
+func TestTakeoverAfterKill9(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("kills processes; not in -short")
+	}
+	rc := startReplicaCluster(t)
+	ctx := context.Background()
+	for _, p := range []string{"chat", "tally"} {
+		if _, err := rc.cs[0].Upload(ctx, p, vmtest.Wasm(t, p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := rc.cs[0].Call(ctx, "chat/room1", "post", []byte(`{"author":"first","text":"home on node 0"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rc.cs[0].Call(ctx, "tally/t1", "follow", []byte(`{"publisher":"chat/room1"}`)); err != nil {
+		t.Fatal(err)
+	}
+	w := rc.write(4)
+	for round := range 3 {
+		w.waitAcked(t, int64(60*(round+1)))
+		victim := rc.home("chat/room1", (round+1)%3)
+		if round == 0 && victim != 0 {
+			t.Fatalf("chat/room1's home is node %d, want node 0 (its first call)", victim)
+		}
+		w.down.Store(victim, true)
+		rc.servers[victim].cmd.Process.Kill() // SIGKILL: no shutdown path runs
+		killed := time.Now()
+		<-rc.servers[victim].done
+		rc.servers[victim].waited = true
+		took := w.waitServed(t, killed, replicaTTL+10*time.Second)
+		t.Logf("round %d: killed node %d at %d acknowledged posts; answered again after %v", round, victim, w.acked.Load(), took.Round(time.Millisecond))
+		rc.start(victim)
+		waitHealthy(t, rc.addrs[victim], rc.servers[victim])
+		rc.waitNodes(3)
+		w.down.Delete(victim)
+	}
+	w.halt(t)
+	history := rc.history(t, 1)
+	w.checkByIdentity(t, history)
+
+	// The tally counted each committed post exactly once.
+	var counts struct {
+		Total      int64            `json:"total"`
+		Duplicates int64            `json:"duplicates"`
+		Authors    map[string]int64 `json:"authors"`
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		out, err := rc.cs[2].Call(ctx, "tally/t1", "counts", nil)
+		if err == nil && json.Unmarshal(out, &counts) == nil && counts.Total >= int64(len(history)-1) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("tally reached %d of %d (err %v)", counts.Total, len(history)-1, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// The tally followed after the first post.
+	if counts.Duplicates != 0 || counts.Total != int64(len(history)-1) {
+		t.Fatalf("tally total %d, duplicates %d; want %d, none", counts.Total, counts.Duplicates, len(history)-1)
+	}
+	for _, a := range history[1:] {
+		if counts.Authors[a] != 1 {
+			t.Fatalf("tally counted post %s %d times, want once", a, counts.Authors[a])
+		}
+	}
+	var edges struct {
+		Edges []struct {
+			Kind     string `json:"kind"`
+			Attempts int    `json:"attempts"`
+		} `json:"edges"`
+	}
+	if err := rc.cs[1].Get(ctx, "/v1/objects/chat/room1/edges", &edges); err != nil {
+		t.Fatal(err)
+	}
+	if len(edges.Edges) != 1 || edges.Edges[0].Attempts != 0 {
+		t.Fatalf("edges %+v: want the tally edge with no failed attempt", edges.Edges)
+	}
+}
+
+// TestPausedHomeIsFenced stops the home of a chat room with SIGSTOP for
+// twice its lease while clients post through the other nodes, then resumes
+// it and sends posts to it too. The room is taken over meanwhile; the old
+// home never commits another post: its own file is, post for post, a
+// prefix of the room's final history, and every acknowledged post is in
+// that history by identity.
+//
+// conformance: D16
+func TestPausedHomeIsFenced(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("stops processes; not in -short")
+	}
+	rc := startReplicaCluster(t)
+	ctx := context.Background()
+	if _, err := rc.cs[0].Upload(ctx, "chat", vmtest.Wasm(t, "chat")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rc.cs[0].Call(ctx, "chat/room1", "post", []byte(`{"author":"first","text":"home on node 0"}`)); err != nil {
+		t.Fatal(err)
+	}
+	w := rc.write(4)
+	w.waitAcked(t, 40)
+	old := rc.servers[0]
+	w.down.Store(0, true)
+	if err := old.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	paused := time.Now()
+	took := w.waitServed(t, paused, replicaTTL+10*time.Second)
+	t.Logf("paused node 0 at %d acknowledged posts; the room answered again after %v", w.acked.Load(), took.Round(time.Millisecond))
+	time.Sleep(time.Until(paused.Add(2 * replicaTTL)))
+	if err := old.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	// Posts sent to the resumed node: refused, or forwarded to the new
+	// home; never committed in its stale file.
+	w.down.Delete(0)
+	w.waitAcked(t, w.acked.Load()+40)
+	w.halt(t)
+	history := rc.history(t, 1)
+	w.checkByIdentity(t, history)
+
+	// The old home's file, read once it has had every chance to write (it
+	// rejoined under a new id and took posts meanwhile).
+	old.cmd.Process.Kill()
+	<-old.done
+	old.waited = true
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(rc.data[0], "objects", "chat", "room1.db")+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	rows, err := db.Query(`SELECT seq, payload FROM log ORDER BY seq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		var seq int
+		var payload []byte
+		if err := rows.Scan(&seq, &payload); err != nil {
+			t.Fatal(err)
+		}
+		var m struct{ Author string }
+		json.Unmarshal(payload, &m)
+		if seq > len(history) || history[seq-1] != m.Author {
+			t.Fatalf("the old home committed post %q at seq %d, which the room's history does not hold there", m.Author, seq)
+		}
+		n++
+	}
+	if n == 0 {
+		t.Fatal("the old home's file has no posts: the test checked nothing")
+	}
+	t.Logf("the old home's file holds %d posts, a prefix of the room's %d", n, len(history))
+}

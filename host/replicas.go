@@ -1,0 +1,432 @@
+package host
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/durable-host/host/host/cluster"
+	"github.com/durable-host/host/replica"
+	"github.com/durable-host/host/store"
+)
+
+// Replica settings.
+const (
+	// ReplicaSync answers a call once its changes are in the replicated
+	// change stream.
+	ReplicaSync = "sync"
+	// ReplicasAuto: 2 copies once the cluster has three NATS servers, none
+	// on fewer.
+	ReplicasAuto = -1
+	// shipTimeout bounds one change set's publish: a call waits at most
+	// this long for its output gate.
+	shipTimeout = 10 * time.Second
+	// maxOpenCopies bounds the copy files kept open to apply changes.
+	maxOpenCopies = 64
+)
+
+// copiesFor is the default number of copies for a cluster of peers NATS
+// servers.
+func copiesFor(peers int) int {
+	if peers >= 3 {
+		return 2
+	}
+	return 0
+}
+
+// replicas is this node's part of replication: shipping the change sets
+// of objects homed here (through the file's Shipper), applying those of
+// objects homed elsewhere to the copies this node keeps, and bringing a
+// file up to its stream's end before this node serves it as home.
+//
+// It takes what it uses: the change stream, the cluster's placement, and a
+// func that says whether an object is active here.
+type replicas struct {
+	log    *replica.Log
+	self   string
+	copies int    // copies besides the home
+	dir    string // DataDir/replicas
+	cl     *cluster.Cluster
+	active func(ObjectID) bool
+	fenced func(ObjectID)
+	logger *slog.Logger
+
+	// mu guards open, the copy files kept open (a handful: each change
+	// set applied reopens an evicted one); it is held for no I/O. The
+	// consumer applies one change set at a time; copyMu serialises that
+	// with a takeover adopting the copy (held across the stream reads of
+	// a catch-up, which are bounded by opTimeout each).
+	mu     sync.Mutex
+	open   map[ObjectID]*store.File
+	copyMu sync.Mutex
+	cons   jetstream.ConsumeContext
+}
+
+// opTimeout bounds one read of the change stream: a stream without a
+// leader (an election after a node died) fails the read instead of
+// holding up the copy or the takeover behind it.
+const opTimeout = 5 * time.Second
+
+func (r *replicas) copyPath(id ObjectID) string {
+	return filepath.Join(r.dir, id.Program, id.ID+".db")
+}
+
+func subjectOf(id ObjectID) string { return replica.Subject(id.Program, id.ID) }
+
+// openHome opens the object's file at path to serve it as its home: a
+// copy kept here becomes the file, the file catches up to its stream's
+// end, and unless this node shipped the stream's last change set, a
+// takeover mark fences whoever held it before. From then on each commit
+// ships first.
+func (r *replicas) openHome(ctx context.Context, id ObjectID, path string, sync store.Sync) (*store.File, error) {
+	if err := r.adoptCopy(id, path); err != nil {
+		return nil, err
+	}
+	f, err := store.Open(ctx, path, sync)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.catchUpHome(ctx, id, f); err != nil {
+		f.Close()
+		if !errors.Is(err, replica.ErrDiverged) {
+			return nil, err
+		}
+		// Never skip: the file is set aside and made again from the stream.
+		r.logger.Error("object file diverged from its change stream; making it again", slog.String("object", id.String()), slog.Any("err", err))
+		if rerr := setAside(path); rerr != nil {
+			return nil, rerr
+		}
+		if f, err = store.Open(ctx, path, sync); err != nil {
+			return nil, err
+		}
+		if err := r.catchUpHome(ctx, id, f); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	f.SetShipper(r.shipper(id))
+	return f, nil
+}
+
+func (r *replicas) timed(id ObjectID, what string, start time.Time, err error) {
+	r.logger.Debug(what, slog.String("object", id.String()), slog.Duration("took", time.Since(start)), slog.Any("err", err))
+}
+
+func (r *replicas) catchUpHome(ctx context.Context, id ObjectID, f *store.File) (err error) {
+	defer r.timed(id, "catch up as home", time.Now(), err)
+	subj := subjectOf(id)
+	last, err := r.log.Last(ctx, subj)
+	if err != nil {
+		return err
+	}
+	for {
+		at, _ := f.Position()
+		if at.Seq < last.Seq {
+			if _, _, err := r.log.CatchUp(ctx, subj, f); err != nil {
+				return err
+			}
+			at, _ = f.Position()
+		}
+		if last.Node == r.self && at.Seq == last.Seq {
+			return nil
+		}
+		_, err := r.log.Mark(ctx, subj, r.self, f)
+		if !errors.Is(err, replica.ErrFenced) {
+			return err
+		}
+		// The old home shipped meanwhile: take that too, then mark.
+		if last, err = r.log.Last(ctx, subj); err != nil {
+			return err
+		}
+	}
+}
+
+func (r *replicas) shipper(id ObjectID) store.Shipper {
+	ship := r.log.Shipper(subjectOf(id), r.self, shipTimeout)
+	return func(changes []byte, at store.Position) (store.Position, error) {
+		p, err := ship(changes, at)
+		if err != nil && !errors.Is(err, ErrTooLarge) {
+			// Fenced, or unsure whether it landed: this file may be
+			// behind its stream. It is closed after this call and
+			// caught up when next used.
+			r.fenced(id)
+		}
+		return p, err
+	}
+}
+
+// setAside renames a diverged file (and its WAL) out of the way, kept for
+// inspection.
+func setAside(path string) error {
+	suffix := ".diverged-" + time.Now().UTC().Format("20060102T150405")
+	for _, ext := range []string{"", "-wal", "-shm"} {
+		if err := os.Rename(path+ext, path+suffix+ext); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+// adoptCopy makes this node's copy of id its home file: the copy is
+// current where the old home's file (if any, from an earlier life of this
+// data directory) may not be.
+func (r *replicas) adoptCopy(id ObjectID, path string) error {
+	r.copyMu.Lock()
+	defer r.copyMu.Unlock()
+	r.closeCopy(id)
+	cp := r.copyPath(id)
+	if _, err := os.Stat(cp); err != nil {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	if _, err := os.Stat(path); err == nil {
+		if err := setAside(path); err != nil {
+			return err
+		}
+	}
+	for _, ext := range []string{"", "-wal", "-shm"} {
+		if err := os.Rename(cp+ext, path+ext); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("adopt the copy of %s: %w", id, err)
+		}
+	}
+	return nil
+}
+
+// start applies, from now on, every change set shipped by another node to
+// the copies this node keeps.
+func (r *replicas) start(ctx context.Context, js jetstream.JetStream) error {
+	c, err := js.OrderedConsumer(ctx, replica.Stream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{"host.changes.>"},
+		DeliverPolicy:  jetstream.DeliverNewPolicy,
+	})
+	if err != nil {
+		return fmt.Errorf("change stream consumer: %w", err)
+	}
+	r.cons, err = c.Consume(func(m jetstream.Msg) { r.receive(ctx, m) })
+	return err
+}
+
+func (r *replicas) stop() {
+	if r.cons != nil {
+		r.cons.Stop()
+	}
+	r.copyMu.Lock()
+	defer r.copyMu.Unlock()
+	for _, id := range r.openIDs() {
+		r.closeCopy(id)
+	}
+	r.log.Close()
+}
+
+func (r *replicas) openIDs() []ObjectID {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]ObjectID, 0, len(r.open))
+	for id := range r.open {
+		out = append(out, id)
+	}
+	return out
+}
+
+// objectOfSubject parses host.changes.PROGRAM.HEXID.
+func objectOfSubject(subj string) (ObjectID, bool) {
+	rest, ok := strings.CutPrefix(subj, "host.changes.")
+	if !ok {
+		return ObjectID{}, false
+	}
+	i := strings.LastIndexByte(rest, '.')
+	if i < 0 {
+		return ObjectID{}, false
+	}
+	id, err := hex.DecodeString(rest[i+1:])
+	if err != nil {
+		return ObjectID{}, false
+	}
+	o := ObjectID{rest[:i], string(id)}
+	return o, o.Validate() == nil
+}
+
+// receive handles one change set from the stream.
+func (r *replicas) receive(ctx context.Context, m jetstream.Msg) {
+	id, ok := objectOfSubject(m.Subject())
+	if !ok {
+		return
+	}
+	from := replica.Shipped(m.Headers())
+	if from == r.self {
+		return
+	}
+	if r.active(id) {
+		// Another node shipped for an object active here: it took the
+		// object over. This node must not serve it again from this file.
+		r.fenced(id)
+		return
+	}
+	if !r.keeps(id, from) {
+		r.drop(id)
+		return
+	}
+	meta, err := m.Metadata()
+	if err != nil {
+		return
+	}
+	if err := r.apply(ctx, id, meta.Sequence.Stream, m); err != nil {
+		r.logger.Warn("apply a change set to a copy", slog.String("object", id.String()), slog.Any("err", err))
+	}
+}
+
+// keeps reports whether this node is one of id's copies while from holds it.
+func (r *replicas) keeps(id ObjectID, home string) bool {
+	for _, n := range r.cl.Copies(cluster.Object(id), home, r.copies) {
+		if n == r.self {
+			return true
+		}
+	}
+	return false
+}
+
+// apply brings this node's copy of id to the change set in m: applied when
+// it is the next, skipped when the copy has it, and when the copy is
+// behind (it was made late, or this node was away) caught up from the
+// stream first. A copy that does not continue the stream is made again.
+func (r *replicas) apply(ctx context.Context, id ObjectID, seq uint64, m jetstream.Msg) error {
+	r.copyMu.Lock()
+	defer r.copyMu.Unlock()
+	f, err := r.copyFile(ctx, id)
+	if err != nil {
+		return err
+	}
+	at, _ := f.Position()
+	switch applied := replica.Applied(m.Headers()); {
+	case applied <= at.Applied:
+		return nil
+	case applied == at.Applied+1:
+		c, err := r.log.Decode(seq, m.Headers(), m.Data(), at)
+		if err == nil {
+			err = replica.Apply(f, c)
+		}
+		if !errors.Is(err, replica.ErrDiverged) {
+			return err
+		}
+	default:
+		_, _, err := r.log.CatchUp(ctx, subjectOf(id), f)
+		if !errors.Is(err, replica.ErrDiverged) {
+			return err
+		}
+	}
+	r.logger.Error("copy diverged from its change stream; making it again", slog.String("object", id.String()))
+	r.closeCopy(id)
+	if err := setAside(r.copyPath(id)); err != nil {
+		return err
+	}
+	if f, err = r.copyFile(ctx, id); err != nil {
+		return err
+	}
+	_, _, err = r.log.CatchUp(ctx, subjectOf(id), f)
+	return err
+}
+
+// copyFile returns the open copy of id, opening it (and closing another
+// past the bound). Called with copyMu held.
+func (r *replicas) copyFile(ctx context.Context, id ObjectID) (*store.File, error) {
+	r.mu.Lock()
+	f := r.open[id]
+	var evict *store.File
+	if f == nil && len(r.open) >= maxOpenCopies {
+		for k, g := range r.open {
+			evict = g
+			delete(r.open, k)
+			break
+		}
+	}
+	r.mu.Unlock()
+	if evict != nil {
+		evict.Close()
+	}
+	if f != nil {
+		return f, nil
+	}
+	f, err := store.Open(ctx, r.copyPath(id), store.SyncNormal)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	r.open[id] = f
+	r.mu.Unlock()
+	return f, nil
+}
+
+// closeCopy closes id's copy if it is open. Called with copyMu held.
+func (r *replicas) closeCopy(id ObjectID) {
+	r.mu.Lock()
+	f := r.open[id]
+	delete(r.open, id)
+	r.mu.Unlock()
+	if f != nil {
+		f.Close()
+	}
+}
+
+// drop removes a copy this node no longer keeps.
+func (r *replicas) drop(id ObjectID) {
+	r.copyMu.Lock()
+	defer r.copyMu.Unlock()
+	r.closeCopy(id)
+	p := r.copyPath(id)
+	for _, ext := range []string{"", "-wal", "-shm"} {
+		os.Remove(p + ext)
+	}
+}
+
+// copyIDs lists the objects this node keeps a copy of.
+func (r *replicas) copyIDs() []ObjectID {
+	var out []ObjectID
+	progs, _ := os.ReadDir(r.dir)
+	for _, p := range progs {
+		files, _ := os.ReadDir(filepath.Join(r.dir, p.Name()))
+		for _, f := range files {
+			if name, ok := strings.CutSuffix(f.Name(), ".db"); ok {
+				if id := (ObjectID{p.Name(), name}); id.Validate() == nil {
+					out = append(out, id)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// CopyInfo is one node's copy of an object, for `host replicas`.
+type CopyInfo struct {
+	Node     string         `json:"node"`
+	Home     bool           `json:"home,omitempty"`
+	Position store.Position `json:"position"`
+	Lag      uint64         `json:"lag"` // change sets behind the stream's end
+}
+
+// info describes this node's copy of id, or its file when this node is its
+// home (ok false: neither here).
+func (r *replicas) info(ctx context.Context, id ObjectID, homePath string, home bool) (CopyInfo, bool, error) {
+	path := r.copyPath(id)
+	if home {
+		path = homePath
+	}
+	p, err := store.ReadPosition(ctx, path)
+	if errors.Is(err, os.ErrNotExist) {
+		return CopyInfo{}, false, nil
+	}
+	if err != nil {
+		return CopyInfo{}, false, err
+	}
+	return CopyInfo{Node: r.self, Home: home, Position: p}, true, nil
+}
