@@ -8,8 +8,10 @@
 //
 // It does not build modules (vm/vmtest does) nor wait for anything a test
 // asserts. It imports testing: only tests use it. Tests inside package host
-// cannot import it (it imports host); they are external tests instead,
-// reaching internals through export_test.go.
+// cannot import it (it imports host): they are external tests reaching
+// internals through export_test.go, or, where they need the internals
+// themselves, call host.StartTestNode, which host's external tests set to
+// Start.
 package hosttest
 
 import (
