@@ -117,9 +117,14 @@ func (o *op[Req, Rep]) onHome(ctx context.Context, n *Node, obj ObjectID, req Re
 			return o.local(n, ctx, obj, req)
 		}
 		rep, err := o.send(ctx, n, h, obj, req)
-		if errors.Is(err, errNotHome) && attempt == 0 {
+		if errors.Is(err, errNotHome) {
 			n.cluster.Forget(cluster.Object(obj))
-			continue
+			if attempt == 0 {
+				continue
+			}
+			// The object is moving (a takeover the nodes do not all see
+			// yet): the caller may retry.
+			err = fmt.Errorf("%w: %s is moving to another node; retry", ErrUnavailable, obj)
 		}
 		return rep, err
 	}

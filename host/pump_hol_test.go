@@ -255,7 +255,11 @@ func TestD24_FollowerOrderAcrossTopicsAfterFailure(t *testing.T) {
 // conformance: D20
 func TestD20_UnplacedFollowerShownThenRouted(t *testing.T) {
 	t.Parallel()
-	nodes, cfgs := hosttest.Cluster(t, 3, hosttest.Options{Programs: clusterPrograms, Configure: func(cfg *host.Config) { cfg.Delivery.RetryBase = 50 * time.Millisecond }})
+	// No copies: the follower's node gone, nothing can serve it.
+	nodes, cfgs := hosttest.Cluster(t, 3, hosttest.Options{Programs: clusterPrograms, Configure: func(cfg *host.Config) {
+		cfg.Delivery.RetryBase = 50 * time.Millisecond
+		cfg.Replicas = 0
+	}})
 	ctx := context.Background()
 	a := &hclient.Client{Base: nodes[0].URL()}
 	c := &hclient.Client{Base: nodes[2].URL()}
@@ -355,7 +359,11 @@ func TestD20_UnplacedFollowerRoutedOnceServedAgain(t *testing.T) {
 	t.Parallel()
 	// A backoff longer than the restart: routing at the next attempt would
 	// come too late for the check.
-	nodes, cfgs := hosttest.Cluster(t, 3, hosttest.Options{Programs: clusterPrograms, Configure: func(cfg *host.Config) { cfg.Delivery.RetryBase = 45 * time.Second }})
+	// No copies: the follower's node gone, nothing can serve it.
+	nodes, cfgs := hosttest.Cluster(t, 3, hosttest.Options{Programs: clusterPrograms, Configure: func(cfg *host.Config) {
+		cfg.Delivery.RetryBase = 45 * time.Second
+		cfg.Replicas = 0
+	}})
 	ctx := context.Background()
 	a := &hclient.Client{Base: nodes[0].URL()}
 	c := &hclient.Client{Base: nodes[2].URL()}

@@ -154,6 +154,9 @@ func (r *replicas) shipper(id ObjectID) store.Shipper {
 	ship := r.log.Shipper(subjectOf(id), r.self, shipTimeout)
 	return func(changes []byte, at store.Position) (store.Position, error) {
 		p, err := ship(changes, at)
+		if errors.Is(err, store.ErrFenced) {
+			r.logger.Warn("object fenced: another node took it over; this node's transaction is rolled back", slog.String("object", id.String()))
+		}
 		if err != nil && !errors.Is(err, ErrTooLarge) {
 			// Fenced, or unsure whether it landed: this file may be
 			// behind its stream. It is closed after this call and

@@ -21,6 +21,8 @@ func TestStartingNodeReadsTheLiveSetBeforePruning(t *testing.T) {
 	// restarts.
 	nodes, cfgs := hosttest.Cluster(t, 3, hosttest.Options{Configure: func(c *host.Config) {
 		c.Heartbeat = 300 * time.Millisecond
+		// No copies: the restarted node takes its publisher back itself.
+		c.Replicas = 0
 	}})
 	a, b := nodes[0], nodes[1]
 	ctx := context.Background()

@@ -60,9 +60,11 @@ func TestD21_KillNodeHoldingSockets(t *testing.T) {
 				peers = append(peers, r)
 			}
 		}
-		var more []string
+		// No copies: the dead node's object must answer "unavailable"
+		// (with copies it is taken over; TestTakeoverAfterKill9).
+		more := []string{"--replicas", "0"}
 		if i == 0 {
-			more = []string{"--nats-listen", natsClient}
+			more = append(more, "--nats-listen", natsClient)
 		}
 		servers[i] = startClusterNode(t, bin, t.TempDir(), addrs[i], routes[i], peers, more...)
 	}

@@ -10,6 +10,7 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -348,12 +349,11 @@ func (c *Cluster) run() {
 		newRev, err := c.nodes.Update(rctx, "n."+c.self, c.info(), rev)
 		if isWrongSequence(err) {
 			// A renewal that timed out on our side may have landed: if the
-			// lease is still ours, adopt its revision.
-			if e, gerr := c.nodes.Get(rctx, "n."+c.self); gerr == nil {
-				var info NodeInfo
-				if json.Unmarshal(e.Value(), &info) == nil && info.ID == c.self {
-					newRev, err = c.nodes.Update(rctx, "n."+c.self, c.info(), e.Revision())
-				}
+			// lease is still ours, adopt its revision. Read through the
+			// bucket's leader: a direct read may come from a replica that
+			// has not seen the renewal yet.
+			if rev, ok := c.leaseRevision(rctx); ok {
+				newRev, err = c.nodes.Update(rctx, "n."+c.self, c.info(), rev)
 			}
 		}
 		rcancel()
@@ -376,6 +376,35 @@ func (c *Cluster) run() {
 		}
 		c.log.Warn("lease renewal failed", slog.Any("err", err))
 	}
+}
+
+// leaseRevision reads this node's lease key through the bucket's leader:
+// its revision, and whether it is still this node's live lease (a put of
+// its own info, not an expiry or delete marker).
+func (c *Cluster) leaseRevision(ctx context.Context) (uint64, bool) {
+	req, _ := json.Marshal(map[string]string{"last_by_subj": "$KV." + NodesBucket + ".n." + c.self})
+	m, err := c.cfg.JetStream.Conn().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.KV_"+NodesBucket, req)
+	if err != nil {
+		return 0, false
+	}
+	var resp struct {
+		Message *struct {
+			Seq  uint64 `json:"seq"`
+			Hdrs []byte `json:"hdrs"`
+			Data []byte `json:"data"`
+		} `json:"message"`
+	}
+	if json.Unmarshal(m.Data, &resp) != nil || resp.Message == nil {
+		return 0, false
+	}
+	if bytes.Contains(resp.Message.Hdrs, []byte("KV-Operation")) {
+		return 0, false // a delete or purge marker: the lease ended
+	}
+	var info NodeInfo
+	if json.Unmarshal(resp.Message.Data, &info) != nil || info.ID != c.self {
+		return 0, false
+	}
+	return resp.Message.Seq, true
 }
 
 func isWrongSequence(err error) bool {

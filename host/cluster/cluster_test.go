@@ -358,3 +358,54 @@ func TestNewRefusesAnIncompleteConfig(t *testing.T) {
 		t.Fatal("no JetStream accepted")
 	}
 }
+
+// A renewal that landed though this node never heard back (a timeout
+// during a leader election) leaves the store one revision ahead: the next
+// renewal fails on the revision, and the node must adopt the store's,
+// read through the bucket's leader, not declare its lease lost. A lease
+// that did end (deleted) is still lost.
+func TestRenewalThatLandedUnheardKeepsTheLease(t *testing.T) {
+	srv := runJetStream(t)
+	m := join(t, srv, openDB(t, t.TempDir()), nil)
+	ctx := context.Background()
+	m.Cluster.mu.Lock()
+	m.paused = true
+	m.Cluster.mu.Unlock()
+	// The landed renewal: the node's own info, one revision on.
+	if _, err := m.nodes.Put(ctx, "n."+m.Self(), m.info()); err != nil {
+		t.Fatal(err)
+	}
+	m.Cluster.mu.Lock()
+	m.paused = false
+	m.Cluster.mu.Unlock()
+	deadline := time.Now().Add(3 * testTTL)
+	for {
+		m.Cluster.mu.Lock()
+		renewed := time.Since(m.renewed) < testBeat
+		m.Cluster.mu.Unlock()
+		select {
+		case <-m.lost:
+			t.Fatal("the lease was declared lost after a renewal that landed unheard")
+		default:
+		}
+		if renewed && time.Now().After(deadline.Add(-2*testTTL)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the lease is not renewed")
+		}
+		time.Sleep(testBeat / 3)
+	}
+	if !m.LeaseValid() {
+		t.Fatal("the lease is not valid")
+	}
+	// A lease that ended is lost.
+	if err := m.nodes.Delete(ctx, "n."+m.Self()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-m.lost:
+	case <-time.After(3 * testTTL):
+		t.Fatal("a deleted lease was not declared lost")
+	}
+}

@@ -70,9 +70,11 @@ func (c *Cluster) Home(ctx context.Context, obj Object) (string, error) {
 			// which holds a copy) takes it over; others send it there.
 			succ := c.successor(obj)
 			if succ != c.self {
+				c.log.Debug("object's home is gone; its successor takes it over", slog.String("object", obj.String()), slog.String("gone", holder), slog.String("successor", succ))
 				return succ, nil
 			}
-			if _, err := c.dir.Update(ctx, key, []byte(c.self), e.Revision()); err == nil {
+			_, err := c.dir.Update(ctx, key, []byte(c.self), e.Revision())
+			if err == nil {
 				c.log.Info("object taken over", slog.String("object", obj.String()), slog.String("from", holder))
 				c.cache(obj, c.self)
 				if c.cfg.Moved != nil {
@@ -80,6 +82,7 @@ func (c *Cluster) Home(ctx context.Context, obj Object) (string, error) {
 				}
 				return c.self, nil
 			}
+			c.log.Debug("take over", slog.String("object", obj.String()), slog.Any("err", err))
 			continue
 		}
 		return "", fmt.Errorf("%w: %s lived on node %s, which is gone; it is served again once its replica is taken over", ErrObjectUnavailable, obj, holder)
