@@ -127,6 +127,7 @@ func (n *Node) newReplicas(ctx context.Context, js jetstream.JetStream, streamRe
 	if err != nil {
 		return nil, err
 	}
+	n.metrics.replicaCounters(log.Stats)
 	return &replicas{
 		log: log, self: n.id, copies: copies, dir: filepath.Join(n.cfg.DataDir, "replicas"),
 		cl: n.cluster, active: n.objects.isActive, fenced: n.fenced, logger: n.log,
@@ -229,4 +230,13 @@ func (n *Node) replicaLocal(ctx context.Context, req replicaRequest) (*CopyInfo,
 		return nil, err
 	}
 	return &info, nil
+}
+
+// ReplicaStats reports what this node shipped and applied (zero without
+// copies).
+func (n *Node) ReplicaStats() replica.Stats {
+	if n.replicas == nil {
+		return replica.Stats{}
+	}
+	return n.replicas.log.Stats()
 }

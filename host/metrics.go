@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/durable-host/host/delivery"
+	"github.com/durable-host/host/replica"
 	"github.com/durable-host/host/store"
 )
 
@@ -79,6 +80,20 @@ func newMetrics() *metrics {
 }
 
 // engineCounters exposes the engine's compiles and compiled modules.
+// replicaCounters exposes what replication shipped and applied.
+func (m *metrics) replicaCounters(stats func() replica.Stats) {
+	m.reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "host_replica_change_sets_total", Help: "Change sets this node shipped to the replicated change stream (takeover marks included)."},
+			func() float64 { return float64(stats().Shipped) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "host_replica_raw_bytes_total", Help: "Size of the shipped change sets before compression."},
+			func() float64 { return float64(stats().RawBytes) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "host_replica_shipped_bytes_total", Help: "Size of the shipped change sets as published (zstd when smaller)."},
+			func() float64 { return float64(stats().ShippedBytes) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "host_replica_applied_total", Help: "Change sets applied here to copies and catching-up files."},
+			func() float64 { return float64(stats().Applied) }),
+	)
+}
+
 func (m *metrics) engineCounters(e interface {
 	Compiles() int64
 	Compiled() int

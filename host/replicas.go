@@ -317,7 +317,7 @@ func (r *replicas) apply(ctx context.Context, id ObjectID, seq uint64, m jetstre
 	case applied == at.Applied+1:
 		c, err := r.log.Decode(seq, m.Headers(), m.Data(), at)
 		if err == nil {
-			err = replica.Apply(f, c)
+			err = r.log.Apply(f, c)
 		}
 		if !errors.Is(err, replica.ErrDiverged) {
 			return err

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"hash/crc64"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
@@ -87,12 +88,28 @@ const DefaultTimeout = 5 * time.Second
 
 // Log is the replicated log of every object's change sets.
 type Log struct {
+	stats   stats
 	timeout time.Duration
 	js      jetstream.JetStream
 	stream  jetstream.Stream
 	max     int
 	enc     *zstd.Encoder
 	dec     *zstd.Decoder
+}
+
+// Stats counts what a Log shipped and applied.
+type Stats struct {
+	Shipped      int64 // change sets published (marks included)
+	RawBytes     int64 // their size before compression
+	ShippedBytes int64 // their size on the wire (message bodies)
+	Applied      int64 // change sets applied to a file here (copies, catch-ups)
+}
+
+type stats struct{ shipped, raw, wire, applied atomic.Int64 }
+
+// Stats returns the counts so far.
+func (l *Log) Stats() Stats {
+	return Stats{l.stats.shipped.Load(), l.stats.raw.Load(), l.stats.wire.Load(), l.stats.applied.Load()}
 }
 
 // Open creates (or finds) the change stream.
@@ -165,6 +182,9 @@ func (l *Log) Ship(ctx context.Context, subject, node string, changes []byte, at
 		return at, fmt.Errorf("%w: ship change set: %v", abi.ErrUnavailable, err)
 	}
 	next.Seq = ack.Sequence
+	l.stats.shipped.Add(1)
+	l.stats.raw.Add(int64(len(changes)))
+	l.stats.wire.Add(int64(len(m.Data)))
 	return next, nil
 }
 
@@ -264,6 +284,16 @@ func (l *Log) Next(ctx context.Context, subject string, at store.Position) (c Ch
 }
 
 // Apply applies one change set to f in a transaction of its own, with its
+// position, and counts it.
+func (l *Log) Apply(f *store.File, c Change) error {
+	if err := Apply(f, c); err != nil {
+		return err
+	}
+	l.stats.applied.Add(1)
+	return nil
+}
+
+// Apply applies one change set to f in a transaction of its own, with its
 // position.
 func Apply(f *store.File, c Change) error {
 	tx, err := f.Begin()
@@ -284,11 +314,20 @@ func Apply(f *store.File, c Change) error {
 // CatchUp applies to f every change set of subject after f's position, to
 // the stream's end, and returns the position reached. A copy that does not
 // continue the stream fails with ErrDiverged and is left as it was at the
-// last change that did.
+// last change that did. A few change sets are read one by one; a longer
+// way behind is read in batches through a consumer of its own and applied
+// a batch per transaction.
 func (l *Log) CatchUp(ctx context.Context, subject string, f *store.File) (store.Position, int, error) {
 	at, err := f.Position()
 	if err != nil {
 		return at, 0, err
+	}
+	tail, err := l.Last(ctx, subject)
+	if err != nil || tail.Seq <= at.Seq {
+		return at, 0, err
+	}
+	if tail.Applied > at.Applied+batchFrom {
+		return l.catchUpBatches(ctx, subject, f, at, tail)
 	}
 	n := 0
 	for {
@@ -296,12 +335,101 @@ func (l *Log) CatchUp(ctx context.Context, subject string, f *store.File) (store
 		if err != nil || !ok {
 			return at, n, err
 		}
-		if err := Apply(f, c); err != nil {
+		if err := l.Apply(f, c); err != nil {
 			return at, n, err
 		}
 		at = c.At
 		n++
 	}
+}
+
+// Catch-up batches: how far behind a copy must be to read through a
+// consumer, and how many change sets one transaction applies.
+const (
+	batchFrom = 16
+	batchSize = 256
+)
+
+func (l *Log) catchUpBatches(ctx context.Context, subject string, f *store.File, at store.Position, tail Tail) (store.Position, int, error) {
+	cctx, cancel := context.WithTimeout(ctx, l.timeout)
+	cons, err := l.stream.OrderedConsumer(cctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{subject},
+		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:    at.Seq + 1,
+	})
+	cancel()
+	if err != nil {
+		return at, 0, fmt.Errorf("%w: change stream: %v", abi.ErrUnavailable, err)
+	}
+	n := 0
+	for at.Seq < tail.Seq {
+		// Exactly what is left (change counts are contiguous), so the last
+		// batch does not wait for more.
+		want := int(min(batchSize, tail.Applied-at.Applied))
+		if tail.Applied <= at.Applied {
+			want = 1
+		}
+		batch, err := cons.Fetch(want, jetstream.FetchMaxWait(l.timeout))
+		if err != nil {
+			return at, n, fmt.Errorf("%w: change stream: %v", abi.ErrUnavailable, err)
+		}
+		var cs []Change
+		next := at
+		for m := range batch.Messages() {
+			meta, err := m.Metadata()
+			if err != nil {
+				return at, n, fmt.Errorf("%w: change stream: %v", abi.ErrUnavailable, err)
+			}
+			c, err := l.Decode(meta.Sequence.Stream, m.Headers(), m.Data(), next)
+			if err != nil {
+				// Apply what continued the stream, then report.
+				if aerr := l.applyBatch(f, cs); aerr != nil {
+					return at, n, aerr
+				}
+				return next, n + len(cs), err
+			}
+			cs = append(cs, c)
+			next = c.At
+		}
+		if err := batch.Error(); err != nil && len(cs) == 0 {
+			return at, n, fmt.Errorf("%w: change stream: %v", abi.ErrUnavailable, err)
+		}
+		if len(cs) == 0 {
+			return at, n, fmt.Errorf("%w: change stream: no change sets after stream sequence %d", abi.ErrUnavailable, at.Seq)
+		}
+		if err := l.applyBatch(f, cs); err != nil {
+			return at, n, err
+		}
+		at, n = next, n+len(cs)
+	}
+	return at, n, nil
+}
+
+// applyBatch applies change sets in one transaction, with the last one's
+// position.
+func (l *Log) applyBatch(f *store.File, cs []Change) error {
+	if len(cs) == 0 {
+		return nil
+	}
+	tx, err := f.Begin()
+	if err != nil {
+		return err
+	}
+	for _, c := range cs {
+		if err := tx.Apply(c.Changes); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("%w: change %d: %v", ErrDiverged, c.At.Applied, err)
+		}
+	}
+	if err := tx.SetPosition(cs[len(cs)-1].At); err != nil {
+		tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	l.stats.applied.Add(int64(len(cs)))
+	return nil
 }
 
 // Mark publishes a takeover mark on subject for a file at at (caught up to

@@ -18,7 +18,7 @@ import (
 
 // runLog starts an in-process NATS server with JetStream and opens the
 // change stream on it.
-func runLog(t *testing.T) (*replica.Log, jetstream.JetStream) {
+func runLog(t testing.TB) (*replica.Log, jetstream.JetStream) {
 	t.Helper()
 	srv, err := server.NewServer(&server.Options{
 		ServerName: "replica-test", JetStream: true, StoreDir: t.TempDir(),
@@ -52,7 +52,7 @@ func runLog(t *testing.T) (*replica.Log, jetstream.JetStream) {
 	return l, js
 }
 
-func openFile(t *testing.T, path string) *store.File {
+func openFile(t testing.TB, path string) *store.File {
 	t.Helper()
 	f, err := store.Open(context.Background(), path, store.SyncNormal)
 	if err != nil {
@@ -191,13 +191,22 @@ func TestTakeoverFencesTheOldHome(t *testing.T) {
 // A stored change set with a flipped byte, or one missing, is detected and
 // refused: the copy stays at the last good change and reports ErrDiverged.
 func TestCorruptOrMissingChangesAreRefused(t *testing.T) {
-	for _, tc := range []string{"flipped byte", "gap"} {
-		t.Run(tc, func(t *testing.T) {
+	// 5 change sets are read one by one, 40 in a batch.
+	for _, total := range []int{5, 40} {
+		for _, tc := range []string{"flipped byte", "gap"} {
+			t.Run(fmt.Sprintf("%s of %d", tc, total), func(t *testing.T) { corruptOrMissing(t, tc, total) })
+		}
+	}
+}
+
+func corruptOrMissing(t *testing.T, tc string, total int) {
+	{
+		{
 			l, js := runLog(t)
 			dir := t.TempDir()
 			home := openFile(t, filepath.Join(dir, "home.db"))
 			home.SetShipper(l.Shipper(subj, "node-a", 5*time.Second))
-			for i := range 5 {
+			for i := range total {
 				if err := write(home, "k", fmt.Sprint(i)); err != nil {
 					t.Fatal(err)
 				}
@@ -206,13 +215,17 @@ func TestCorruptOrMissingChangesAreRefused(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			// Change 3 is stream sequence 3: take it out, and for the flip
+			// Change c is stream sequence c: take it out, and for the flip
 			// put back a copy with one byte changed.
-			m, err := st.GetMsg(t.Context(), 3)
+			c := uint64(3)
+			if total > 20 {
+				c = 30 // read in batches
+			}
+			m, err := st.GetMsg(t.Context(), c)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := st.DeleteMsg(t.Context(), 3); err != nil {
+			if err := st.DeleteMsg(t.Context(), c); err != nil {
 				t.Fatal(err)
 			}
 			if tc == "flipped byte" {
@@ -226,8 +239,8 @@ func TestCorruptOrMissingChangesAreRefused(t *testing.T) {
 				// The event's time, the last field: still a valid change set,
 				// so only the checksum can tell.
 				bad.Data[len(bad.Data)-1] ^= 0x02
-				// Next after change 2 in the subject's order.
-				for _, seq := range []uint64{4, 5} {
+				// Next after change c-1 in the subject's order.
+				for seq := c + 1; seq <= uint64(total); seq++ {
 					if err := st.DeleteMsg(t.Context(), seq); err != nil {
 						t.Fatal(err)
 					}
@@ -242,9 +255,9 @@ func TestCorruptOrMissingChangesAreRefused(t *testing.T) {
 			if !errors.Is(err, replica.ErrDiverged) {
 				t.Fatalf("catch up over a %s: %v, want ErrDiverged", tc, err)
 			}
-			if n != 2 || at.Applied != 2 || read(t, cp, "k") != "1" {
-				t.Fatalf("copy at %+v after %d changes, k = %q; want the two good changes only", at, n, read(t, cp, "k"))
+			if want := c - 1; uint64(n) != want || at.Applied != want || read(t, cp, "k") != fmt.Sprint(want-1) {
+				t.Fatalf("copy at %+v after %d changes, k = %q; want the %d good changes only", at, n, read(t, cp, "k"), want)
 			}
-		})
+		}
 	}
 }
