@@ -261,6 +261,7 @@ type Observer interface {
 type Pump struct {
 	cfg       Config
 	transport Transport
+	fanout    fanOut
 	members   Membership
 	obs       Observer
 	log       *slog.Logger
@@ -283,7 +284,10 @@ type lane struct{ again bool }
 
 // NewPump returns a pump.
 func NewPump(cfg Config, t Transport, m Membership, obs Observer, log *slog.Logger) *Pump {
-	return &Pump{cfg: cfg, transport: t, members: m, obs: obs, log: log, lanes: map[laneKey]*lane{}, waiting: map[string]map[string]bool{}}
+	return &Pump{
+		cfg: cfg, transport: t, fanout: newFanOut(cfg.FanOut, t, obs, log, m.Self), members: m, obs: obs, log: log,
+		lanes: map[laneKey]*lane{}, waiting: map[string]map[string]bool{},
+	}
 }
 
 // Placed reports that follower is served again (its new home took it
@@ -324,75 +328,109 @@ type followerDue struct {
 // work was done (run again) and the next time a follower not running is
 // due (zero if none).
 func (p *Pump) Round(ctx context.Context, pub Publisher) (bool, time.Time, error) {
-	var conns []store.Edge
-	var events []abi.Event
-	var followers map[string]followerDue
 	now := p.cfg.Clock.Now()
-	var deadConns []string
+	r, err := p.read(ctx, pub)
+	if err != nil {
+		return false, time.Time{}, err
+	}
+	if r.pruned {
+		return true, time.Time{}, nil
+	}
+	next := p.startLanes(pub, r.followers, now)
+	if len(r.conns) == 0 || len(r.events) == 0 {
+		return false, next, nil
+	}
+	return true, next, p.connectionRound(ctx, pub, r.conns, r.events)
+}
+
+// roundRead is what a round's read found.
+type roundRead struct {
+	conns     []store.Edge // connection edges behind the head
+	events    []abi.Event  // one batch of the log from their lowest cursor
+	followers map[string]followerDue
+	// pruned: the edges of connections on gone nodes were removed
+	// instead, and nothing else was read.
+	pruned bool
+}
+
+// read is a round's one transaction: it prunes the connections whose node
+// is gone (due or not) and reads nothing more if there were any; else it
+// splits the edges into the connection edges behind the head and the
+// object followers' state, and reads the events the connection edges are
+// owed.
+func (p *Pump) read(ctx context.Context, pub Publisher) (roundRead, error) {
+	var r roundRead
 	err := pub.Between(ctx, func(tx *store.Tx) error {
 		head, err := tx.Head()
 		if err != nil {
 			return err
 		}
-		// A connection whose node is gone is gone too, due or not.
 		all, err := tx.CachedEdges()
 		if err != nil {
 			return err
 		}
-		for _, e := range all {
-			if e.Kind == abi.FollowerConnection && !p.members.Live(e.Node) {
-				deadConns = append(deadConns, e.Follower)
-			}
+		if r.pruned, err = p.pruneGoneNodes(tx, all); r.pruned || err != nil {
+			return err
 		}
-		if len(deadConns) > 0 {
-			pruned := 0
-			for _, c := range dedupe(deadConns) {
-				n, err := tx.RemoveFollower(abi.FollowerConnection, c)
-				if err != nil {
-					return err
-				}
-				pruned += n
-			}
-			p.obs.Pruned("node_gone", pruned)
+		r.conns, r.followers = splitEdges(all, head)
+		if len(r.conns) == 0 {
 			return nil
 		}
-		conns = make([]store.Edge, 0, len(all))
-		for _, e := range all {
-			if e.Kind == abi.FollowerConnection {
-				if e.Cursor < head {
-					conns = append(conns, e)
-				}
-				continue
-			}
-			if followers == nil {
-				followers = map[string]followerDue{}
-			}
-			f := followers[e.Follower]
-			f.behind = f.behind || e.Cursor < head
-			f.due = max(f.due, e.NextDue)
-			followers[e.Follower] = f
-		}
-		if len(conns) == 0 {
-			return nil
-		}
-		after := conns[0].Cursor
-		for _, e := range conns {
+		after := r.conns[0].Cursor
+		for _, e := range r.conns {
 			after = min(after, e.Cursor)
 		}
-		events, err = tx.Read(store.Query{After: after, Limit: p.cfg.BatchEvents, MaxBytes: p.cfg.BatchBytes})
+		r.events, err = tx.Read(store.Query{After: after, Limit: p.cfg.BatchEvents, MaxBytes: p.cfg.BatchBytes})
 		return err
 	})
-	if len(deadConns) > 0 && err == nil {
-		return true, time.Time{}, nil
+	return r, err
+}
+
+// pruneGoneNodes removes every edge of a connection whose node is gone:
+// the connection is gone too. It reports whether there were any.
+func (p *Pump) pruneGoneNodes(tx *store.Tx, all []store.Edge) (bool, error) {
+	var dead []string
+	for _, e := range all {
+		if e.Kind == abi.FollowerConnection && !p.members.Live(e.Node) {
+			dead = append(dead, e.Follower)
+		}
 	}
-	if err != nil {
-		return false, time.Time{}, err
+	if len(dead) == 0 {
+		return false, nil
 	}
-	next := p.startLanes(pub, followers, now)
-	if len(conns) == 0 || len(events) == 0 {
-		return false, next, nil
+	pruned := 0
+	for _, c := range dedupe(dead) {
+		n, err := tx.RemoveFollower(abi.FollowerConnection, c)
+		if err != nil {
+			return true, err
+		}
+		pruned += n
 	}
-	return true, next, p.connectionRound(ctx, pub, conns, events)
+	p.obs.Pruned("node_gone", pruned)
+	return true, nil
+}
+
+// splitEdges returns the connection edges behind head and, by follower,
+// the delivery state of the object followers.
+func splitEdges(all []store.Edge, head uint64) ([]store.Edge, map[string]followerDue) {
+	conns := make([]store.Edge, 0, len(all))
+	var followers map[string]followerDue
+	for _, e := range all {
+		if e.Kind == abi.FollowerConnection {
+			if e.Cursor < head {
+				conns = append(conns, e)
+			}
+			continue
+		}
+		if followers == nil {
+			followers = map[string]followerDue{}
+		}
+		f := followers[e.Follower]
+		f.behind = f.behind || e.Cursor < head
+		f.due = max(f.due, e.NextDue)
+		followers[e.Follower] = f
+	}
+	return conns, followers
 }
 
 // startLanes starts the lane of each follower due at now that has none
@@ -434,17 +472,23 @@ func (p *Pump) startLanes(pub Publisher, followers map[string]followerDue, now t
 }
 
 // connectionRound sends the events to every connection edge, one batch per
-// node, and records that they advanced.
+// node (or as the fan-out baseline does), and records that they advanced.
 func (p *Pump) connectionRound(ctx context.Context, pub Publisher, due []store.Edge, events []abi.Event) error {
-	through := events[len(events)-1].Seq
-	var prunedConns []string
+	groups, prune := p.partition(due)
+	prune = append(prune, p.fanout.send(ctx, pub.ID(), groups, events)...)
+	return p.record(ctx, pub, prune, events[len(events)-1].Seq)
+}
+
+// partition groups the due connection edges by node. A connection whose
+// node is gone for good is gone too: it is returned to prune instead.
+func (p *Pump) partition(due []store.Edge) (map[string][]store.Edge, []string) {
+	var gone []string
 	groups := map[string][]store.Edge{}
 	perNode := map[string]int{}
 	dead := make([]bool, len(due))
 	for i, e := range due {
 		if !p.members.Live(e.Node) {
-			// A connection's node is gone for good: so is it.
-			prunedConns = append(prunedConns, e.Follower)
+			gone = append(gone, e.Follower)
 			dead[i] = true
 			continue
 		}
@@ -462,44 +506,16 @@ func (p *Pump) connectionRound(ctx context.Context, pub Publisher, due []store.E
 		}
 		groups[e.Node] = append(g, e)
 	}
+	return groups, gone
+}
 
-	var mu sync.Mutex // guards prunedConns
-	var wg sync.WaitGroup
-	self := p.members.Self()
-	if tp, ok := p.transport.(TopicPublisher); ok && p.cfg.FanOut == FanOutSubject {
-		// Baseline: publish each event once on its topic's subject; NATS
-		// fans out to every subscribed node. Refusals are not reported.
-		if len(groups) > 0 {
-			if err := tp.PublishTopic(ctx, pub.ID(), events); err != nil {
-				p.log.Warn("topic publish failed", slog.Any("err", err))
-			}
-		}
-		groups = nil
-	}
-	send := func(node string, edges []store.Edge) {
-		defer wg.Done()
-		gone := p.connections(ctx, node, node == self, edges, events, pub.ID())
-		mu.Lock()
-		prunedConns = append(prunedConns, gone...)
-		mu.Unlock()
-	}
-	for node, g := range groups {
-		if p.cfg.FanOut == FanOutSocket {
-			// Baseline: one send per watcher.
-			for _, e := range g {
-				wg.Add(1)
-				go send(node, []store.Edge{e})
-			}
-			continue
-		}
-		wg.Add(1)
-		go send(node, g)
-	}
-	wg.Wait()
-
+// record prunes every edge of the connections in prune and advances every
+// connection edge to through, in one transaction that runs even if ctx
+// has ended: the sends are done.
+func (p *Pump) record(ctx context.Context, pub Publisher, prune []string, through uint64) error {
 	return pub.Between(context.WithoutCancel(ctx), func(tx *store.Tx) error {
 		pruned := 0
-		for _, c := range dedupe(prunedConns) {
+		for _, c := range dedupe(prune) {
 			n, err := tx.RemoveFollower(abi.FollowerConnection, c)
 			if err != nil {
 				return err
@@ -525,37 +541,6 @@ func dedupe(s []string) []string {
 		}
 	}
 	return out
-}
-
-// connections sends one batch to node carrying the events once beside
-// every connection edge there. It returns the connections to prune. Every
-// edge advances (at-most-once: a push that did not land is not retried).
-func (p *Pump) connections(ctx context.Context, node string, local bool, edges []store.Edge, events []abi.Event, pub string) []string {
-	after := edges[0].Cursor
-	topics := map[string]bool{}
-	b := &ConnBatch{Publisher: pub, Edges: make([]ConnEdge, 0, len(edges))}
-	for _, e := range edges {
-		after = min(after, e.Cursor)
-		topics[e.Topic] = true
-		b.Edges = append(b.Edges, ConnEdge{Edge: e.ID, Conn: e.Follower, Topic: e.Topic, Cursor: e.Cursor, Filter: e.Filter})
-	}
-	for _, ev := range events {
-		if ev.Seq > after && (topics[ev.Topic] || topics[""]) {
-			ev.Publisher = pub
-			b.Events = append(b.Events, ev)
-		}
-	}
-	if len(b.Events) == 0 {
-		return nil
-	}
-	p.obs.ConnBatchSent(node, local, len(b.Events), len(b.Edges))
-	res, err := p.transport.Connections(ctx, node, b)
-	if err != nil {
-		// At-most-once: a batch that did not land is not retried.
-		p.log.Warn("connection batch failed", slog.String("node", node), slog.Any("err", err))
-		return nil
-	}
-	return append(res.Refused, res.Gone...)
 }
 
 // runLane runs a follower's lane until nothing is due for it now, then

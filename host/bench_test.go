@@ -9,13 +9,14 @@ import (
 	"time"
 
 	"github.com/durable-host/host/host"
+	"github.com/durable-host/host/host/hosttest"
 	"github.com/durable-host/host/store"
 )
 
 // benchNode is a node with the counter uploaded and counter/b warm.
 func benchNode(b *testing.B, mod func(*host.Config)) *host.Node {
 	b.Helper()
-	n, _ := startNode(b, mod)
+	n, _ := hosttest.Start(b, hosttest.Options{Configure: mod})
 	upload(b, n, "counter", "counter")
 	if _, err := n.Call(context.Background(), host.ObjectID{Program: "counter", ID: "b"}, "get", nil); err != nil {
 		b.Fatal(err)

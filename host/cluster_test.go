@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,146 +18,17 @@ import (
 
 	"github.com/durable-host/host/host"
 	hclient "github.com/durable-host/host/host/client"
+	"github.com/durable-host/host/host/hosttest"
 	"github.com/durable-host/host/store"
 	"github.com/durable-host/host/vm/vmtest"
 )
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-// clusterOf starts k nodes in this process, clustered through their
-// embedded NATS servers on loopback, and uploads the examples once.
-func clusterOf(t *testing.T, k int, mutate func(i int, c *host.Config)) []*host.Node {
-	t.Helper()
-	nodes, _ := clusterWithConfigs(t, k, mutate)
-	return nodes
-}
-
-// startNodeCfg starts one more node (a restart, or a late joiner).
-func startNodeCfg(t *testing.T, cfg host.Config) *host.Node {
-	t.Helper()
-	n, err := host.New(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		n.Shutdown(ctx)
-	})
-	return n
-}
-
-// newCluster makes k clustered nodes (not started); when one fails, the
-// others stop waiting for it.
-func newCluster(t *testing.T, k int, mutate func(i int, c *host.Config)) ([]*host.Node, []host.Config, []error) {
-	cfgs := make([]host.Config, k)
-	routes := make([]string, k)
-	for i := range routes {
-		routes[i] = freeAddr(t)
-	}
-	name := clusterName(t)
-	nodes := make([]*host.Node, k)
-	errs := make([]error, k)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel) // not before: a node may keep what New was given
-	var wg sync.WaitGroup
-	for i := 0; i < k; i++ {
-		cfg := host.DefaultConfig()
-		cfg.DataDir = t.TempDir()
-		cfg.Listen = "127.0.0.1:0"
-		cfg.VM.CacheDir = vmtest.CacheDir()
-		cfg.LeaseTTL, cfg.Heartbeat = 4*time.Second, 500*time.Millisecond
-		cfg.NATS.Cluster, cfg.NATS.ClusterName = routes[i], name
-		for j, r := range routes {
-			if j != i {
-				cfg.NATS.Routes = append(cfg.NATS.Routes, "nats://"+r)
-			}
-		}
-		if mutate != nil {
-			mutate(i, &cfg)
-		}
-		cfgs[i] = cfg
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			nodes[i], errs[i] = host.New(ctx, cfg)
-			if errs[i] != nil {
-				errs[i] = fmt.Errorf("node %d: %w", i, errs[i])
-				cancel()
-			}
-		}()
-	}
-	wg.Wait()
-	return nodes, cfgs, errs
-}
-
-func clusterWithConfigs(t *testing.T, k int, mutate func(i int, c *host.Config)) ([]*host.Node, []host.Config) {
-	t.Helper()
-	// Route ports are picked free and then bound by the node; in a full
-	// parallel run something else can take one in between. That is the
-	// test's doing, not the product's: pick fresh ports and try again.
-	var nodes []*host.Node
-	var cfgs []host.Config
-	for attempt := 1; ; attempt++ {
-		var errs []error
-		nodes, cfgs, errs = newCluster(t, k, mutate)
-		err := errors.Join(errs...)
-		if err == nil {
-			break
-		}
-		for _, n := range nodes {
-			if n != nil {
-				n.Shutdown(context.Background())
-			}
-		}
-		if attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
-			t.Fatal(err)
-		}
-		t.Logf("cluster attempt %d: %v", attempt, err)
-	}
-	for _, n := range nodes {
-		if err := n.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			n.Shutdown(ctx)
-		})
-	}
-	c := &hclient.Client{Base: nodes[0].URL()}
-	for _, p := range []string{"chat", "tally", "counter", "hostile"} {
-		if _, err := c.Upload(context.Background(), p, vmtest.Wasm(t, p)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// Every node sees every other.
-	waitUntil(t, "cluster membership", 60*time.Second, func() bool {
-		for _, n := range nodes {
-			var v struct{ Nodes []map[string]any }
-			if err := (&hclient.Client{Base: n.URL()}).Get(context.Background(), "/v1/cluster", &v); err != nil || len(v.Nodes) != k {
-				return false
-			}
-		}
-		return true
-	})
-	return nodes, cfgs
-}
+// clusterPrograms are the examples the cluster tests upload.
+var clusterPrograms = []string{"chat", "tally", "counter", "hostile"}
 
 func TestClusterCallsReachTheHomeFromAnyNode(t *testing.T) {
 	t.Parallel()
-	nodes := clusterOf(t, 3, nil)
+	nodes, _ := hosttest.Cluster(t, 3, hosttest.Options{Programs: clusterPrograms})
 	ctx := context.Background()
 	cs := make([]*hclient.Client, len(nodes))
 	for i, n := range nodes {
@@ -212,7 +82,7 @@ func TestClusterCallsReachTheHomeFromAnyNode(t *testing.T) {
 // conformance: D06 D07 D08 D24
 func TestD08_WatchersOnEveryNodeOneBatchPerNode(t *testing.T) {
 	t.Parallel()
-	nodes := clusterOf(t, 3, nil)
+	nodes, _ := hosttest.Cluster(t, 3, hosttest.Options{Programs: clusterPrograms})
 	ctx := context.Background()
 	pubClient := &hclient.Client{Base: nodes[0].URL()}
 	dcall(t, pubClient, "chat/room1", "post", `{"text":"make the home node 0"}`)
@@ -254,7 +124,7 @@ func TestD08_WatchersOnEveryNodeOneBatchPerNode(t *testing.T) {
 // conformance: D09 D15 D22
 func TestD09_ObjectFollowersOnOtherNodes(t *testing.T) {
 	t.Parallel()
-	nodes := clusterOf(t, 3, nil)
+	nodes, _ := hosttest.Cluster(t, 3, hosttest.Options{Programs: clusterPrograms})
 	pub := &hclient.Client{Base: nodes[0].URL()}
 	dcall(t, pub, "hostile/pub", "hook_runs", "") // home on node 0
 	const followers = 6
@@ -296,7 +166,7 @@ func TestD20_FollowerRehomedAfterRestartIsNotAFailure(t *testing.T) {
 	// No copies, so the restarted node itself takes the follower back
 	// (with copies a peer may take it over first; the replica process
 	// tests cover that).
-	nodes, cfgs := clusterWithConfigs(t, 3, func(_ int, cfg *host.Config) { cfg.Replicas = 0 })
+	nodes, cfgs := hosttest.Cluster(t, 3, hosttest.Options{Programs: clusterPrograms, Configure: func(cfg *host.Config) { cfg.Replicas = 0 }})
 	ctx := context.Background()
 	a := &hclient.Client{Base: nodes[0].URL()}
 	c := &hclient.Client{Base: nodes[2].URL()}
@@ -315,7 +185,7 @@ func TestD20_FollowerRehomedAfterRestartIsNotAFailure(t *testing.T) {
 	cancel()
 	cfg := cfgs[2]
 	cfg.Listen = "127.0.0.1:0"
-	n2 := startNodeCfg(t, cfg)
+	n2 := hosttest.StartConfig(t, cfg)
 	if n2.ID() == oldID {
 		t.Fatal("a node id returned")
 	}
@@ -372,12 +242,8 @@ func TestExternalNATS(t *testing.T) {
 	t.Cleanup(srv.Shutdown)
 	var nodes []*host.Node
 	for i := 0; i < 2; i++ {
-		cfg := host.DefaultConfig()
-		cfg.DataDir = t.TempDir()
-		cfg.Listen = "127.0.0.1:0"
-		cfg.VM.CacheDir = vmtest.CacheDir()
-		cfg.NATS.URL = srv.ClientURL()
-		nodes = append(nodes, startNodeCfg(t, cfg))
+		cfg := hosttest.Config(t.TempDir(), func(c *host.Config) { c.NATS.URL = srv.ClientURL() })
+		nodes = append(nodes, hosttest.StartConfig(t, cfg))
 	}
 	a, b := &hclient.Client{Base: nodes[0].URL()}, &hclient.Client{Base: nodes[1].URL()}
 	if _, err := a.Upload(context.Background(), "counter", vmtest.Wasm(t, "counter")); err != nil {
@@ -396,7 +262,7 @@ func TestExternalNATS(t *testing.T) {
 // conformance: D12
 func TestD12_RemoteInboxFullPrunedAtPublisher(t *testing.T) {
 	t.Parallel()
-	nodes := clusterOf(t, 3, nil)
+	nodes, _ := hosttest.Cluster(t, 3, hosttest.Options{Programs: clusterPrograms})
 	pub := &hclient.Client{Base: nodes[0].URL()}
 	remote := &hclient.Client{Base: nodes[1].URL()}
 	dcall(t, pub, "hostile/pub", "hook_runs", "") // home on node 0
@@ -426,7 +292,7 @@ func TestD12_RemoteInboxFullPrunedAtPublisher(t *testing.T) {
 // conformance: D09 D15
 func TestD09_FiftyFollowersOnOtherNodes(t *testing.T) {
 	t.Parallel()
-	nodes := clusterOf(t, 3, nil)
+	nodes, _ := hosttest.Cluster(t, 3, hosttest.Options{Programs: clusterPrograms})
 	pub := &hclient.Client{Base: nodes[0].URL()}
 	dcall(t, pub, "chat/room1", "post", `{"author":"zero","text":"home on node 0"}`)
 	const followers = 50
@@ -452,15 +318,6 @@ func TestD09_FiftyFollowersOnOtherNodes(t *testing.T) {
 	}
 }
 
-var clusters atomic.Int64
-
-// clusterName is a NATS cluster name no other test cluster has: a server
-// of another test that still retries a route to a port this cluster now
-// uses is refused instead of merging the two clusters.
-func clusterName(t *testing.T) string {
-	return fmt.Sprintf("t%d-%d", os.Getpid(), clusters.Add(1))
-}
-
 // A NATS route or client port already in use is said at once, with the
 // port, instead of a vague timeout.
 func TestNATSPortInUseIsAClearError(t *testing.T) {
@@ -475,12 +332,12 @@ func TestNATSPortInUseIsAClearError(t *testing.T) {
 		set  func(*host.Config)
 	}{
 		{"route", func(c *host.Config) {
-			c.NATS.Cluster, c.NATS.Routes = ln.Addr().String(), []string{"nats://" + freeAddr(t)}
+			c.NATS.Cluster, c.NATS.Routes = ln.Addr().String(), []string{"nats://" + hosttest.FreeAddr(t)}
 		}},
 		{"client", func(c *host.Config) { c.NATS.Listen = ln.Addr().String() }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			cfg := nodeConfig(t.TempDir(), c.set)
+			cfg := hosttest.Config(t.TempDir(), c.set)
 			n, err := host.New(context.Background(), cfg)
 			if err == nil {
 				n.Shutdown(context.Background())
@@ -502,7 +359,7 @@ func TestNATSPortInUseIsAClearError(t *testing.T) {
 // conformance: D02
 func TestD02_EdgeRecordsTheFollowersNodeAcrossNodes(t *testing.T) {
 	t.Parallel()
-	nodes := clusterOf(t, 2, nil)
+	nodes, _ := hosttest.Cluster(t, 2, hosttest.Options{Programs: clusterPrograms})
 	a := &hclient.Client{Base: nodes[0].URL()}
 	b := &hclient.Client{Base: nodes[1].URL()}
 	dcall(t, a, "chat/room1", "post", `{"text":"home on node 0"}`)
@@ -542,7 +399,7 @@ func TestD02_EdgeRecordsTheFollowersNodeAcrossNodes(t *testing.T) {
 // conformance: S08
 func TestS08_StreamReadsBoundedLocalAndRemote(t *testing.T) {
 	t.Parallel()
-	nodes := clusterOf(t, 2, nil)
+	nodes, _ := hosttest.Cluster(t, 2, hosttest.Options{Programs: clusterPrograms})
 	a := &hclient.Client{Base: nodes[0].URL()}
 	dcall(t, a, "hostile/pub", "publish_storm", `{"size":300,"total":6000}`) // 20 events, home on node 0
 	for i, n := range nodes {
@@ -565,7 +422,7 @@ func TestS08_StreamReadsBoundedLocalAndRemote(t *testing.T) {
 // conformance: D22
 func TestD22_ReadPathOwnCopyThenHolder(t *testing.T) {
 	t.Parallel()
-	nodes := clusterOf(t, 3, func(_ int, c *host.Config) { c.Replicas = 1 })
+	nodes, _ := hosttest.Cluster(t, 3, hosttest.Options{Programs: clusterPrograms, Configure: func(c *host.Config) { c.Replicas = 1 }})
 	pub := &hclient.Client{Base: nodes[0].URL()}
 	dcall(t, pub, "hostile/pub", "hook_runs", "") // home on node 0
 	var rep struct {
@@ -616,9 +473,8 @@ func TestD22_ReadPathOwnCopyThenHolder(t *testing.T) {
 func TestD22_ReadPathShippedReplica(t *testing.T) {
 	t.Parallel()
 	// One node shipping its changes (a copy is wanted, none can be made).
-	n, dir := startNode(t, func(c *host.Config) { c.Replicas = 1 })
-	c := &hclient.Client{Base: n.URL()}
-	upload(t, n, "hostile", "hostile")
+	dir := t.TempDir()
+	n, c := hosttest.Start(t, hosttest.Options{DataDir: dir, Programs: []string{"hostile"}, Configure: func(c *host.Config) { c.Replicas = 1 }})
 	for i := range 5 {
 		dcall(t, c, "hostile/pub", "publish", fmt.Sprintf(`{"topic":"t","size":%d}`, 10000*(i+1)))
 	}

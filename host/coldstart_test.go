@@ -14,6 +14,7 @@ import (
 	"github.com/coder/websocket"
 
 	host "github.com/durable-host/host/host"
+	"github.com/durable-host/host/host/hosttest"
 )
 
 // TestColdStartHerd: a node restarted with programs stored takes a burst of
@@ -26,14 +27,14 @@ import (
 func TestColdStartHerd(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	n := startNodeIn(t, dir, nil)
+	n, _ := hosttest.Start(t, hosttest.Options{DataDir: dir})
 	for _, p := range []string{"counter", "counter-rust", "chat"} {
 		upload(t, n, p, p)
 	}
 	shut(t, n)
 	const goCalls, rustCalls, sockets, rooms = 20, 100, 100, 10
 	for round := range 3 {
-		n := startNodeIn(t, dir, nil)
+		n, _ := hosttest.Start(t, hosttest.Options{DataDir: dir})
 		start := make(chan struct{})
 		var wg sync.WaitGroup
 		errs := make(chan error, goCalls+rustCalls+sockets)
@@ -131,7 +132,7 @@ func shut(t *testing.T, n *host.Node) {
 // is closed once its last object is deactivated.
 func TestReplacedVersionKeepsItsCodeUntilItsLastObject(t *testing.T) {
 	t.Parallel()
-	n, _ := startNode(t, func(c *host.Config) { c.MaxActiveObjects = 1 })
+	n, _ := hosttest.Start(t, hosttest.Options{Configure: func(c *host.Config) { c.MaxActiveObjects = 1 }})
 	c := client(n)
 	upload(t, n, "p", "hostile")
 	wantReply(t, n, "p/h1", "ok", nil, "ok")

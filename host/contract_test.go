@@ -29,6 +29,7 @@ import (
 
 	"github.com/durable-host/host/host"
 	hclient "github.com/durable-host/host/host/client"
+	"github.com/durable-host/host/host/hosttest"
 	"github.com/durable-host/host/vm/vmtest"
 )
 
@@ -39,11 +40,12 @@ func ctTwins(name string) []ctTwin {
 	return []ctTwin{{"go", name}, {"rust", name + "-rust"}}
 }
 
-// ctNode starts a node (dnode: chat, tally and hostile) and uploads the
+// ctNode starts a node (chat, tally and hostile, as the delivery tests'
+// nodes carry) and uploads the
 // other Go and Rust builds the contract suite uses.
 func ctNode(t *testing.T) *hclient.Client {
 	t.Helper()
-	_, c := dnode(t, nil)
+	_, c := hosttest.Start(t, hosttest.Options{Programs: deliveryPrograms})
 	for _, p := range []string{"counter", "counter-rust", "chat-rust", "tally-rust", "hostile-rust"} {
 		if _, err := c.Upload(context.Background(), p, vmtest.Wasm(t, p)); err != nil {
 			t.Fatalf("upload %s: %v", p, err)

@@ -23,40 +23,11 @@ import (
 	"github.com/durable-host/host/delivery"
 	"github.com/durable-host/host/host"
 	hclient "github.com/durable-host/host/host/client"
-	"github.com/durable-host/host/vm/vmtest"
+	"github.com/durable-host/host/host/hosttest"
 )
 
-// dnode starts a node with the chat, tally and hostile examples uploaded.
-func dnode(t *testing.T, mutate func(*host.Config)) (*host.Node, *hclient.Client) {
-	t.Helper()
-	cfg := host.DefaultConfig()
-	cfg.DataDir = t.TempDir()
-	cfg.Listen = "127.0.0.1:0"
-	cfg.VM.CacheDir = vmtest.CacheDir()
-	if mutate != nil {
-		mutate(&cfg)
-	}
-	ctx := context.Background()
-	n, err := host.New(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		n.Shutdown(sctx)
-	})
-	c := &hclient.Client{Base: n.URL()}
-	for _, p := range []string{"chat", "tally", "hostile"} {
-		if _, err := c.Upload(ctx, p, vmtest.Wasm(t, p)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return n, c
-}
+// deliveryPrograms are the examples the delivery tests' nodes carry.
+var deliveryPrograms = []string{"chat", "tally", "hostile"}
 
 func dcall(t *testing.T, c *hclient.Client, object, method, payload string) string {
 	t.Helper()
@@ -68,16 +39,7 @@ func dcall(t *testing.T, c *hclient.Client, object, method, payload string) stri
 }
 
 // eventually polls cond until it holds or the deadline passes.
-func waitUntil(t *testing.T, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
+var waitUntil = hosttest.WaitFor
 
 // metric reads one sample from /metrics; name may include labels exactly
 // as exposed, e.g. `host_edges_pruned_total{reason="socket_gone"}`.
@@ -203,7 +165,7 @@ func (w *watcher) seqs(t *testing.T) []uint64 {
 // conformance: D11
 func TestD11_ForwardEnvelopeWithoutVMAndEventExport(t *testing.T) {
 	t.Parallel()
-	n, c := dnode(t, nil)
+	n, c := hosttest.Start(t, hosttest.Options{Programs: deliveryPrograms})
 	// lobby is never called: if the forward path ran a VM for it, it would
 	// be activated and get a file.
 	plain := follow(t, c, "chat/lobby", "chat/room1", "messages", "")
@@ -245,7 +207,7 @@ func TestD11_ForwardEnvelopeWithoutVMAndEventExport(t *testing.T) {
 // conformance: D03
 func TestD03_FollowHookIsAccessControlNotRunDuringDelivery(t *testing.T) {
 	t.Parallel()
-	_, c := dnode(t, nil)
+	_, c := hosttest.Start(t, hosttest.Options{Programs: deliveryPrograms})
 	dcall(t, c, "chat/secret", "set_key", `{"key":"k1"}`)
 	ws := dial(t, c, "chat/secret")
 	send(t, ws, map[string]string{"type": "follow", "topic": "messages", "params": "wrong"})
@@ -288,7 +250,7 @@ func TestD03_FollowHookIsAccessControlNotRunDuringDelivery(t *testing.T) {
 // conformance: D01 D04
 func TestD04_NoReplayAndFailedMethodPublishesNothing(t *testing.T) {
 	t.Parallel()
-	_, c := dnode(t, nil)
+	_, c := hosttest.Start(t, hosttest.Options{Programs: deliveryPrograms})
 	for i := 0; i < 5; i++ {
 		dcall(t, c, "hostile/pub", "publish", `"old"`)
 	}
@@ -308,7 +270,7 @@ func TestD04_NoReplayAndFailedMethodPublishesNothing(t *testing.T) {
 // conformance: D02 D13
 func TestD13_SocketGonePrunesItsEdges(t *testing.T) {
 	t.Parallel()
-	n, c := dnode(t, nil)
+	n, c := hosttest.Start(t, hosttest.Options{Programs: deliveryPrograms})
 	w1 := follow(t, c, "chat/room1", "chat/room1", "messages", "")
 	follow(t, c, "chat/room1", "chat/room1", "other", "")
 	dcall(t, c, "tally/t1", "follow", `{"publisher":"chat/room1"}`)
@@ -333,7 +295,7 @@ func TestD13_SocketGonePrunesItsEdges(t *testing.T) {
 // conformance: D12
 func TestD12_SlowSocketFallsBehindAndStaysOpen(t *testing.T) {
 	t.Parallel()
-	_, c := dnode(t, nil)
+	_, c := hosttest.Start(t, hosttest.Options{Programs: deliveryPrograms})
 	ws := dial(t, c, "chat/slow")
 	send(t, ws, map[string]string{"type": "follow", "object": "hostile/pub", "topic": "t"})
 	send(t, ws, map[string]string{"type": "follow", "object": "hostile/pub", "topic": "u"})
@@ -364,7 +326,7 @@ func TestD12_SlowSocketFallsBehindAndStaysOpen(t *testing.T) {
 // conformance: D15 D16
 func TestD15_ObjectFollowerExactlyOnceEffect(t *testing.T) {
 	t.Parallel()
-	_, c := dnode(t, nil)
+	_, c := hosttest.Start(t, hosttest.Options{Programs: deliveryPrograms})
 	dcall(t, c, "tally/t1", "follow", `{"publisher":"chat/room1"}`)
 	dcall(t, c, "tally/t2", "follow", `{"publisher":"chat/room1","filter":"author=ann"}`)
 	var wg sync.WaitGroup
@@ -392,11 +354,11 @@ func TestD15_ObjectFollowerExactlyOnceEffect(t *testing.T) {
 // conformance: D05 D18 D19
 func TestD18_FailingFollowerBacksOffThenIsDropped(t *testing.T) {
 	t.Parallel()
-	_, c := dnode(t, func(cfg *host.Config) {
+	_, c := hosttest.Start(t, hosttest.Options{Programs: deliveryPrograms, Configure: func(cfg *host.Config) {
 		cfg.Delivery.RetryBase = 20 * time.Millisecond
 		cfg.Delivery.MaxAttempts = 3
 		cfg.VM.Budget = time.Second
-	})
+	}})
 	dcall(t, c, "hostile/f", "follow", `{"publisher":"hostile/pub","topic":"t"}`)
 	dcall(t, c, "hostile/g", "follow", `{"publisher":"hostile/pub","topic":"t"}`)
 	// A handler past its budget is a failed attempt. The publisher's call
@@ -427,7 +389,7 @@ func TestD18_FailingFollowerBacksOffThenIsDropped(t *testing.T) {
 // conformance: D09 D22 D24
 func TestD24_OrderWithSmallAndLargeEventsAndManyFollowers(t *testing.T) {
 	t.Parallel()
-	_, c := dnode(t, nil)
+	_, c := hosttest.Start(t, hosttest.Options{Programs: deliveryPrograms})
 	var ws []*watcher
 	for i := 0; i < 3; i++ {
 		ws = append(ws, follow(t, c, "chat/w", "hostile/pub", "t", ""))
@@ -474,7 +436,7 @@ func TestD24_OrderWithSmallAndLargeEventsAndManyFollowers(t *testing.T) {
 // conformance: D10 D12 D14
 func TestD10_NodeConnectionInboxHolds256ThenRefuses(t *testing.T) {
 	t.Parallel()
-	n, c := dnode(t, nil)
+	n, c := hosttest.Start(t, hosttest.Options{Programs: deliveryPrograms})
 	ws := dial(t, c, "chat/held")
 	conn := fmt.Sprint(readUntil(t, ws, "hello")["connection"])
 	for _, topic := range []string{"t", "storm"} {
@@ -623,7 +585,7 @@ func receivedLines(t *testing.T, c *hclient.Client, f string) []string {
 // conformance: D15 D16 D17
 func TestD17_RedeliverySkipsWhatTheHandlerCommitted(t *testing.T) {
 	t.Parallel()
-	n, c := dnode(t, nil)
+	n, c := hosttest.Start(t, hosttest.Options{Programs: deliveryPrograms})
 	const pub, f = "hostile/pub", "hostile/r"
 	want := func(res delivery.ObjectResult, done uint64, failed bool) {
 		t.Helper()
@@ -720,7 +682,7 @@ func TestD17_RedeliverySkipsWhatTheHandlerCommitted(t *testing.T) {
 // conformance: D06
 func TestD06_LocalEdgesDeliverDirectly(t *testing.T) {
 	t.Parallel()
-	_, c := dnode(t, nil)
+	_, c := hosttest.Start(t, hosttest.Options{Programs: deliveryPrograms})
 	w := follow(t, c, "chat/w", "chat/room1", "messages", "")
 	dcall(t, c, "tally/t1", "follow", `{"publisher":"chat/room1"}`)
 	for i := 0; i < 3; i++ {
@@ -778,7 +740,7 @@ func TestD18_D19_NodeDefaultsAreTheSeeds(t *testing.T) {
 // conformance: D22
 func TestD22_RangedDeliveryAppliesTheEdgesFilter(t *testing.T) {
 	t.Parallel()
-	n, c := dnode(t, nil)
+	n, c := hosttest.Start(t, hosttest.Options{Programs: deliveryPrograms})
 	for _, k := range []int{2, 1, 3, 1} {
 		dcall(t, c, "hostile/pub", "publish", fmt.Sprintf(`{"topic":"t","payload":{"k":%d}}`, k))
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/durable-host/host/host"
 	hclient "github.com/durable-host/host/host/client"
+	"github.com/durable-host/host/host/hosttest"
 	"github.com/durable-host/host/vm/vmtest"
 )
 
@@ -196,25 +197,10 @@ type pageLog struct {
 // startDemoNode starts a node that serves the demo page, as `host dev` does.
 func startDemoNode(t *testing.T, dataDir, listen string) *host.Node {
 	t.Helper()
-	cfg := host.DefaultConfig()
-	cfg.DataDir = dataDir
-	cfg.Listen = listen
-	cfg.VM.CacheDir = vmtest.CacheDir()
-	cfg.Logger = quietLogger()
-	cfg.Demo = true
-	n, err := host.New(context.Background(), cfg)
-	if err != nil {
-		t.Fatalf("new node: %v", err)
-	}
-	if err := n.Start(); err != nil {
-		n.Shutdown(context.Background())
-		t.Fatalf("start node: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		n.Shutdown(ctx)
-	})
+	n, _ := hosttest.Start(t, hosttest.Options{DataDir: dataDir, Configure: func(c *host.Config) {
+		c.Listen = listen
+		c.Demo = true
+	}})
 	return n
 }
 

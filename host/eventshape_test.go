@@ -8,6 +8,7 @@ import (
 	"time"
 
 	hclient "github.com/durable-host/host/host/client"
+	"github.com/durable-host/host/host/hosttest"
 )
 
 // An object has one home whatever node its watchers attach to: a socket on
@@ -18,7 +19,7 @@ import (
 // per socket; one that reaches for state fails with a clear error.
 func TestEventExportRunsWhereTheSocketIsWithoutASecondHome(t *testing.T) {
 	t.Parallel()
-	nodes, cfgs := clusterWithConfigs(t, 2, nil)
+	nodes, cfgs := hosttest.Cluster(t, 2, hosttest.Options{Programs: clusterPrograms})
 	home, away := &hclient.Client{Base: nodes[0].URL()}, &hclient.Client{Base: nodes[1].URL()}
 	dcall(t, home, "hostile/h1", "publish", `"home here"`) // node 0 is the home
 	const sockets = 5

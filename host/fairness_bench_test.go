@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/durable-host/host/host"
+	"github.com/durable-host/host/host/hosttest"
 )
 
 // BenchmarkTenantFairness measures a well-behaved tenant's calls (HTTP,
@@ -30,11 +31,12 @@ import (
 //
 //	go test -run '^$' -bench TenantFairness -benchtime 2000x ./host
 func BenchmarkTenantFairness(b *testing.B) {
-	n, dir := startNode(b, func(c *host.Config) {
+	n, _ := hosttest.Start(b, hosttest.Options{Configure: func(c *host.Config) {
 		c.Auth = true
 		c.VM.Budget = time.Second // many overruns per second
 		c.VM.MemoryLimitPages = 512
-	})
+	}})
+	dir := n.DataDir()
 	tokb, err := os.ReadFile(filepath.Join(dir, "admin.token"))
 	if err != nil {
 		b.Fatal(err)

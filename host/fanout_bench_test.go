@@ -17,7 +17,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -33,7 +32,7 @@ import (
 
 	"github.com/durable-host/host/host"
 	hclient "github.com/durable-host/host/host/client"
-	"github.com/durable-host/host/vm/vmtest"
+	"github.com/durable-host/host/host/hosttest"
 )
 
 var (
@@ -59,36 +58,6 @@ func fbRaiseNoFile(b *testing.B, need uint64) {
 	if rl.Cur < need {
 		b.Skipf("open file limit %d < %d needed (client and server sockets in one process); raise ulimit -n", rl.Cur, need)
 	}
-}
-
-// fbNode starts a quiet node with the given examples uploaded.
-func fbNode(b *testing.B, programs ...string) (*host.Node, *hclient.Client) {
-	b.Helper()
-	cfg := host.DefaultConfig()
-	cfg.DataDir = b.TempDir()
-	cfg.Listen = "127.0.0.1:0"
-	cfg.VM.CacheDir = vmtest.CacheDir()
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	ctx := context.Background()
-	n, err := host.New(ctx, cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := n.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
-		n.Shutdown(sctx)
-	})
-	c := &hclient.Client{Base: n.URL()}
-	for _, p := range programs {
-		if _, err := c.Upload(ctx, p, vmtest.Wasm(b, p)); err != nil {
-			b.Fatal(err)
-		}
-	}
-	return n, c
 }
 
 // fbWaitIdle waits (untimed work, but inside the loop) until the
@@ -308,7 +277,7 @@ func BenchmarkFanoutSockets(b *testing.B) {
 	for _, sockets := range []int{1, 100, 5000} {
 		b.Run(fmt.Sprintf("sockets=%d", sockets), func(b *testing.B) {
 			fbRaiseNoFile(b, uint64(2*sockets+512))
-			n, c := fbNode(b, "chat")
+			n, c := hosttest.Start(b, hosttest.Options{Programs: []string{"chat"}})
 			ctx := context.Background()
 			if _, err := n.Call(ctx, fbPublisher, "post", fbPayload); err != nil {
 				b.Fatal(err)
@@ -455,7 +424,7 @@ func BenchmarkFanoutSockets(b *testing.B) {
 func BenchmarkFanoutObjects(b *testing.B) {
 	for _, followers := range []int{1, 50} {
 		b.Run(fmt.Sprintf("followers=%d", followers), func(b *testing.B) {
-			n, _ := fbNode(b, "chat", "tally")
+			n, _ := hosttest.Start(b, hosttest.Options{Programs: []string{"chat", "tally"}})
 			ctx := context.Background()
 			if _, err := n.Call(ctx, fbPublisher, "post", fbPayload); err != nil {
 				b.Fatal(err)

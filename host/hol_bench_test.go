@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/durable-host/host/host/hosttest"
 )
 
 // BenchmarkHOLSocketLatency measures publish → socket latency for a
@@ -17,7 +19,7 @@ import (
 //
 //	go test ./host/ -run '^$' -bench HOLSocketLatency -benchtime 200x
 func BenchmarkHOLSocketLatency(b *testing.B) {
-	_, c := fbNode(b, "chat", "hostile")
+	_, c := hosttest.Start(b, hosttest.Options{Programs: []string{"chat", "hostile"}})
 	ctx := context.Background()
 	call := func(object, method, payload string) {
 		if _, err := c.Call(ctx, object, method, []byte(payload)); err != nil {

@@ -31,6 +31,7 @@ import (
 	"github.com/durable-host/host/abi"
 	"github.com/durable-host/host/host"
 	hclient "github.com/durable-host/host/host/client"
+	"github.com/durable-host/host/host/hosttest"
 	"github.com/durable-host/host/vm/vmtest"
 )
 
@@ -414,12 +415,13 @@ func (m hsModule) bytes() []byte {
 func TestMalformedModulesAreRefusedAtUpload(t *testing.T) {
 	t.Parallel()
 	const maxModule = 256 << 10
-	n, dir := startNode(t, func(c *host.Config) {
+	n, _ := hosttest.Start(t, hosttest.Options{Configure: func(c *host.Config) {
 		c.VM.MaxModuleSize = maxModule
 		c.VM.Budget = time.Second
 		c.VM.InitBudget = time.Second
 		c.VM.MemoryLimitPages = 512
-	})
+	}})
+	dir := n.DataDir()
 	valid := hsModule{}.bytes()
 	// The assembler's baseline is a valid program: the rejections below are
 	// about their hostile part.
@@ -490,7 +492,7 @@ func TestMalformedModulesAreRefusedAtUpload(t *testing.T) {
 // the object sees nothing, and the same connection's next request works.
 func TestOversizedCallBodiesAre413(t *testing.T) {
 	t.Parallel()
-	n, _ := startNode(t, func(c *host.Config) { c.MaxPayload = 64 << 10 })
+	n, _ := hosttest.Start(t, hosttest.Options{Configure: func(c *host.Config) { c.MaxPayload = 64 << 10 }})
 	upload(t, n, "counter", "counter")
 	url := n.URL() + "/v1/objects/counter/big/add"
 	body := append([]byte(`{"amount":1}`), bytes.Repeat([]byte(" "), 4<<20)...)
@@ -681,7 +683,7 @@ func TestJunkNamesAre4xxAndTouchNothingOnDisk(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
 	dir := filepath.Join(root, "a", "b", "data")
-	n := startNodeIn(t, dir, nil)
+	n, _ := hosttest.Start(t, hosttest.Options{DataDir: dir})
 	upload(t, n, "counter", "counter")
 	wantReply(t, n, "counter/ok", "inc", nil, "1")
 	counter := vmtest.Wasm(t, "counter")
@@ -875,11 +877,11 @@ func TestWellBehavedObjectAnswersWhileHostileCallsRun(t *testing.T) {
 // started. Not parallel: the heap is the process's.
 func TestHeapReturnsToBaselineAfterHostileObjects(t *testing.T) {
 	const margin = 64 << 20
-	n, _ := startNode(t, func(c *host.Config) {
+	n, _ := hosttest.Start(t, hosttest.Options{Configure: func(c *host.Config) {
 		c.VM.Budget = 10 * time.Second
 		c.VM.MemoryLimitPages = 512 // 32 MiB per instance
 		c.IdleTimeout = 200 * time.Millisecond
-	})
+	}})
 	upload(t, n, "hostile", "hostile")
 	upload(t, n, "hostile-rust", "hostile-rust")
 	wantReply(t, n, "hostile/warm", "ok", nil, "ok")
@@ -1013,7 +1015,7 @@ func TestMain(m *testing.M) {
 // hsRunChildNode serves a node on dir, prints its URL, and stops when
 // stdin closes.
 func hsRunChildNode(dir string) int {
-	cfg := nodeConfig(dir, nil)
+	cfg := hosttest.Config(dir, nil)
 	n, err := host.New(context.Background(), cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -16,7 +16,6 @@ import (
 	"github.com/durable-host/host/delivery"
 	"github.com/durable-host/host/store"
 	"github.com/durable-host/host/vm"
-	"github.com/durable-host/host/vm/vmtest"
 )
 
 // An error crosses nodes as a code and comes back as the same sentinel,
@@ -50,20 +49,7 @@ func TestRemoteErrorsCrossByCode(t *testing.T) {
 // server and the codec both ways.
 func layerNode(t *testing.T) *Node {
 	t.Helper()
-	cfg := DefaultConfig()
-	cfg.DataDir = t.TempDir()
-	cfg.Listen = "127.0.0.1:0"
-	cfg.VM.CacheDir = vmtest.CacheDir()
-	cfg.Logger = quietLog()
-	n, err := New(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Shutdown(context.Background()) })
-	if err := n.Start(); err != nil {
-		t.Fatal(err)
-	}
-	return n
+	return StartTestNode(t)
 }
 
 var testOps atomic.Int64

@@ -3,16 +3,13 @@ package host_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net"
-	"os"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/durable-host/host/abi"
 	"github.com/durable-host/host/host"
 	hclient "github.com/durable-host/host/host/client"
+	"github.com/durable-host/host/host/hosttest"
 	"github.com/durable-host/host/vm"
 )
 
@@ -24,7 +21,7 @@ func TestForwardedCallCarriesItsDeadline(t *testing.T) {
 	// The loop holds the lock for its whole budget, far longer than the
 	// caller waits, so the lock is never free before the caller's
 	// deadline however late the probe sees it held.
-	nodes := clusterOf(t, 2, func(_ int, c *host.Config) { c.VM.Budget = 8 * time.Second })
+	nodes, _ := hosttest.Cluster(t, 2, hosttest.Options{Programs: clusterPrograms, Configure: func(c *host.Config) { c.VM.Budget = 8 * time.Second }})
 	home := &hclient.Client{Base: nodes[0].URL()}
 	obj := host.ObjectID{Program: "hostile", ID: "h1"}
 	dcall(t, home, "hostile/h1", "ok", "") // the home is node 0
@@ -67,7 +64,7 @@ func TestForwardedCallCarriesItsDeadline(t *testing.T) {
 // own reason, from a handler (the guest sees it refused) and from a socket.
 func TestRefusedFollowAcrossNodesKeepsItsReason(t *testing.T) {
 	t.Parallel()
-	nodes := clusterOf(t, 2, nil)
+	nodes, _ := hosttest.Cluster(t, 2, hosttest.Options{Programs: clusterPrograms})
 	home := &hclient.Client{Base: nodes[0].URL()}
 	away := &hclient.Client{Base: nodes[1].URL()}
 	dcall(t, home, "chat/locked", "set_key", `{"key":"k1"}`) // the room homes on node 0
@@ -89,39 +86,10 @@ func TestRefusedFollowAcrossNodesKeepsItsReason(t *testing.T) {
 // object's home: the request and reply cross NATS through the embedded
 // servers' route on loopback, on top of what BenchmarkNodeCall measures.
 func BenchmarkForwardedCall(b *testing.B) {
-	routes := make([]string, 2)
-	for i := range routes {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			b.Fatal(err)
-		}
-		routes[i] = ln.Addr().String()
-		ln.Close()
-	}
-	// Both at once: each waits in New for the other's JetStream.
-	nodes := make([]*host.Node, 2)
-	errs := make([]error, 2)
-	var wg sync.WaitGroup
-	for i := range nodes {
-		cfg := nodeConfig(b.TempDir(), func(c *host.Config) {
-			c.NATS.Cluster, c.NATS.ClusterName = routes[i], fmt.Sprintf("bench%d", os.Getpid())
-			c.NATS.Routes = []string{"nats://" + routes[1-i]}
-		})
-		wg.Go(func() { nodes[i], errs[i] = host.New(context.Background(), cfg) })
-	}
-	wg.Wait()
-	for i, n := range nodes {
-		if n != nil {
-			b.Cleanup(func() { n.Shutdown(context.Background()) })
-		}
-		if errs[i] != nil {
-			b.Fatal(errs[i])
-		}
-		if err := n.Start(); err != nil {
-			b.Fatal(err)
-		}
-	}
-	upload(b, nodes[0], "counter", "counter")
+	// The product's lease timing, not the cluster tests' shorter one.
+	nodes, _ := hosttest.Cluster(b, 2, hosttest.Options{Programs: []string{"counter"}, Configure: func(c *host.Config) {
+		c.LeaseTTL, c.Heartbeat = host.DefaultLeaseTTL, host.DefaultHeartbeat
+	}})
 	ctx := context.Background()
 	id := host.ObjectID{Program: "counter", ID: "b"}
 	if _, err := nodes[0].Call(ctx, id, "get", nil); err != nil { // the home is node 0

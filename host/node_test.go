@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -26,50 +25,9 @@ import (
 	"github.com/durable-host/host/abi"
 	"github.com/durable-host/host/host"
 	hclient "github.com/durable-host/host/host/client"
+	"github.com/durable-host/host/host/hosttest"
 	"github.com/durable-host/host/vm/vmtest"
 )
-
-// quietLogger keeps node logs out of test output.
-func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-
-// nodeConfig is a test node's configuration: data under dir, HTTP on a free
-// loopback port, the shared compilation cache.
-func nodeConfig(dir string, mod func(*host.Config)) host.Config {
-	cfg := host.DefaultConfig()
-	cfg.DataDir = dir
-	cfg.Listen = "127.0.0.1:0"
-	cfg.VM.CacheDir = vmtest.CacheDir()
-	cfg.Logger = quietLogger()
-	if mod != nil {
-		mod(&cfg)
-	}
-	return cfg
-}
-
-// startNodeIn starts a node on dir; the caller shuts it down (or t.Cleanup
-// does, a second Shutdown is a no-op).
-func startNodeIn(t testing.TB, dir string, mod func(*host.Config)) *host.Node {
-	t.Helper()
-	n, err := host.New(context.Background(), nodeConfig(dir, mod))
-	if err != nil {
-		t.Fatalf("new node: %v", err)
-	}
-	if err := n.Start(); err != nil {
-		n.Shutdown(context.Background())
-		t.Fatalf("start node: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		n.Shutdown(ctx)
-	})
-	return n
-}
-
-func startNode(t testing.TB, mod func(*host.Config)) (*host.Node, string) {
-	dir := t.TempDir()
-	return startNodeIn(t, dir, mod), dir
-}
 
 func client(n *host.Node) *hclient.Client { return &hclient.Client{Base: n.URL()} }
 
@@ -217,7 +175,7 @@ func writeLocked(t testing.TB, dataDir, program, id string) bool {
 // TestUploadFlowHTTP is the user flow of uploading and listing programs.
 func TestUploadFlowHTTP(t *testing.T) {
 	t.Parallel()
-	n, _ := startNode(t, nil)
+	n, _ := hosttest.Start(t, hosttest.Options{})
 	wasm := vmtest.Wasm(t, "counter")
 	sum := sha256.Sum256(wasm)
 	digest := hex.EncodeToString(sum[:])
@@ -313,7 +271,7 @@ func contains(ss []string, s string) bool {
 // the new version.
 func TestNewVersionOnNextActivation(t *testing.T) {
 	t.Parallel()
-	n, _ := startNode(t, nil)
+	n, _ := hosttest.Start(t, hosttest.Options{})
 	upload(t, n, "app", "counter")
 	wantReply(t, n, "app/a", "inc", nil, "1")
 	upload(t, n, "app", "hostile")
@@ -325,7 +283,7 @@ func TestNewVersionOnNextActivation(t *testing.T) {
 func TestCounterFlowAndRestart(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	n := startNodeIn(t, dir, nil)
+	n, _ := hosttest.Start(t, hosttest.Options{DataDir: dir})
 	upload(t, n, "counter", "counter")
 	for want := 1; want <= 3; want++ {
 		r := call(t, n, "counter/c1", "inc", nil)
@@ -354,7 +312,7 @@ func TestCounterFlowAndRestart(t *testing.T) {
 		t.Fatalf("call after shutdown: %v, want ErrShuttingDown", err)
 	}
 
-	n2 := startNodeIn(t, dir, nil)
+	n2, _ := hosttest.Start(t, hosttest.Options{DataDir: dir})
 	if n2.ID() == n.ID() {
 		t.Fatalf("node id %s reused after restart", n.ID())
 	}
@@ -372,7 +330,8 @@ func TestCounterFlowAndRestart(t *testing.T) {
 // no update, and each sees a distinct value.
 func TestConcurrentCallsOneObject(t *testing.T) {
 	t.Parallel()
-	n, dir := startNode(t, nil)
+	n, _ := hosttest.Start(t, hosttest.Options{})
+	dir := n.DataDir()
 	upload(t, n, "counter", "counter")
 	const calls = 100
 	replies := make([]string, calls)
@@ -418,7 +377,8 @@ func TestConcurrentCallsOneObject(t *testing.T) {
 func TestCallsToDifferentObjectsRunInParallel(t *testing.T) {
 	t.Parallel()
 	const budget = 4 * time.Second
-	n, dir := startNode(t, func(c *host.Config) { c.VM.Budget = budget })
+	n, _ := hosttest.Start(t, hosttest.Options{Configure: func(c *host.Config) { c.VM.Budget = budget }})
+	dir := n.DataDir()
 	upload(t, n, "hostile", "hostile")
 	wantReply(t, n, "hostile/busy", "ok", nil, "ok") // creates the file
 	wantReply(t, n, "hostile/free", "ok", nil, "ok")
@@ -458,10 +418,11 @@ func TestCallsToDifferentObjectsRunInParallel(t *testing.T) {
 // hostileNode is a node with the given budget and a small page limit, with
 // the hostile example uploaded.
 func hostileNode(t *testing.T, budget time.Duration) (*host.Node, string) {
-	n, dir := startNode(t, func(c *host.Config) {
+	n, _ := hosttest.Start(t, hosttest.Options{Configure: func(c *host.Config) {
 		c.VM.Budget = budget
 		c.VM.MemoryLimitPages = 512
-	})
+	}})
+	dir := n.DataDir()
 	upload(t, n, "hostile", "hostile")
 	return n, dir
 }
@@ -553,7 +514,8 @@ func clipMsg(s string) string {
 // conformance: D01
 func TestPublishThenFailLeavesNothing(t *testing.T) {
 	t.Parallel()
-	n, dir := startNode(t, nil)
+	n, _ := hosttest.Start(t, hosttest.Options{})
+	dir := n.DataDir()
 	upload(t, n, "hostile", "hostile")
 	upload(t, n, "counter", "counter")
 	wantError(t, call(t, n, "hostile/p", "publish_then_fail", nil), http.StatusUnprocessableEntity, "failed after publishing")
@@ -588,7 +550,8 @@ func TestPublishThenFailLeavesNothing(t *testing.T) {
 // and stores nothing.
 func TestUploadRejections(t *testing.T) {
 	t.Parallel()
-	n, dir := startNode(t, func(c *host.Config) { c.VM.MaxModuleSize = 4 << 20 })
+	n, _ := hosttest.Start(t, hosttest.Options{Configure: func(c *host.Config) { c.VM.MaxModuleSize = 4 << 20 }})
+	dir := n.DataDir()
 	counter := vmtest.Wasm(t, "counter")
 	if len(counter) >= 4<<20 {
 		t.Fatalf("counter is %d bytes; the size limit case needs a bigger module", len(counter))
@@ -642,7 +605,8 @@ func TestUploadRejections(t *testing.T) {
 // payloads get clear 4xx JSON errors.
 func TestBadRequests(t *testing.T) {
 	t.Parallel()
-	n, dir := startNode(t, func(c *host.Config) { c.MaxPayload = 1024 })
+	n, _ := hosttest.Start(t, hosttest.Options{Configure: func(c *host.Config) { c.MaxPayload = 1024 }})
+	dir := n.DataDir()
 	upload(t, n, "counter", "counter")
 
 	wantError(t, call(t, n, "nope/x", "inc", nil), http.StatusNotFound, "unknown program", "nope")
@@ -750,7 +714,7 @@ func TestManyObjectsStayBounded(t *testing.T) {
 	if s := os.Getenv("HOST_TEST_OBJECTS"); s != "" {
 		objects, _ = strconv.Atoi(s)
 	}
-	n, _ := startNode(t, func(c *host.Config) { c.MaxActiveObjects = maxActive })
+	n, _ := hosttest.Start(t, hosttest.Options{Configure: func(c *host.Config) { c.MaxActiveObjects = maxActive }})
 	upload(t, n, "counter", "counter")
 	ctx := context.Background()
 	baseFDs := fdCount(t)
@@ -813,7 +777,7 @@ func TestManyObjectsStayBounded(t *testing.T) {
 // TestIdleDeactivation: objects unused past the idle timeout are
 // deactivated, and come back with their state on the next call.
 func TestIdleDeactivation(t *testing.T) {
-	n, _ := startNode(t, func(c *host.Config) { c.IdleTimeout = 100 * time.Millisecond })
+	n, _ := hosttest.Start(t, hosttest.Options{Configure: func(c *host.Config) { c.IdleTimeout = 100 * time.Millisecond }})
 	upload(t, n, "counter", "counter")
 	for i := range 5 {
 		wantReply(t, n, fmt.Sprintf("counter/idle%d", i), "inc", nil, "1")
@@ -826,7 +790,8 @@ func TestIdleDeactivation(t *testing.T) {
 // TestDeactivationClosesObjectFiles: a deactivated object's SQLite file is
 // closed: the database, -wal and -shm descriptors are released.
 func TestDeactivationClosesObjectFiles(t *testing.T) {
-	n, dir := startNode(t, func(c *host.Config) { c.IdleTimeout = 100 * time.Millisecond })
+	n, _ := hosttest.Start(t, hosttest.Options{Configure: func(c *host.Config) { c.IdleTimeout = 100 * time.Millisecond }})
+	dir := n.DataDir()
 	upload(t, n, "counter", "counter")
 	const objects = 5
 	for i := range objects {
@@ -860,14 +825,7 @@ func TestShutdownLeavesNoGoroutines(t *testing.T) {
 	http.DefaultClient.CloseIdleConnections()
 	noRedirect.CloseIdleConnections()
 	before := runtime.NumGoroutine()
-	dir := t.TempDir()
-	n, err := host.New(context.Background(), nodeConfig(dir, nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Start(); err != nil {
-		t.Fatal(err)
-	}
+	n, _ := hosttest.Start(t, hosttest.Options{})
 	c := &hclient.Client{Base: n.URL(), HTTP: &http.Client{Transport: &http.Transport{}}}
 	if _, err := c.Upload(context.Background(), "counter", wasm); err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/durable-host/host/host"
 	hclient "github.com/durable-host/host/host/client"
+	"github.com/durable-host/host/host/hosttest"
 	"github.com/durable-host/host/vm/vmtest"
 )
 
@@ -124,7 +125,7 @@ func p99(lat []time.Duration) time.Duration { return percentile(lat, 99) }
 // product's. The follower then gets every event once, in publish order.
 // Not parallel: it measures latency.
 func TestPumpSlowFollowerDoesNotDelaySockets(t *testing.T) {
-	n, c := dnode(t, nil)
+	n, c := hosttest.Start(t, hosttest.Options{Programs: deliveryPrograms})
 	var ws []*latencyWatcher
 	for range 3 {
 		ws = append(ws, watchLatency(t, c.Base, "chat/w", "hostile/pub", "t"))
@@ -203,7 +204,7 @@ func TestPumpSlowFollowerDoesNotDelaySockets(t *testing.T) {
 // conformance: D18 D24
 func TestD24_FollowerOrderAcrossTopicsAfterFailure(t *testing.T) {
 	t.Parallel()
-	_, c := dnode(t, func(cfg *host.Config) { cfg.Delivery.RetryBase = 50 * time.Millisecond })
+	_, c := hosttest.Start(t, hosttest.Options{Programs: deliveryPrograms, Configure: func(cfg *host.Config) { cfg.Delivery.RetryBase = 50 * time.Millisecond }})
 	for _, topic := range []string{"a", "b"} {
 		dcall(t, c, "hostile/f", "follow", fmt.Sprintf(`{"publisher":"hostile/pub","topic":%q}`, topic))
 	}
@@ -255,10 +256,10 @@ func TestD24_FollowerOrderAcrossTopicsAfterFailure(t *testing.T) {
 func TestD20_UnplacedFollowerShownThenRouted(t *testing.T) {
 	t.Parallel()
 	// No copies: the follower's node gone, nothing can serve it.
-	nodes, cfgs := clusterWithConfigs(t, 3, func(_ int, cfg *host.Config) {
+	nodes, cfgs := hosttest.Cluster(t, 3, hosttest.Options{Programs: clusterPrograms, Configure: func(cfg *host.Config) {
 		cfg.Delivery.RetryBase = 50 * time.Millisecond
 		cfg.Replicas = 0
-	})
+	}})
 	ctx := context.Background()
 	a := &hclient.Client{Base: nodes[0].URL()}
 	c := &hclient.Client{Base: nodes[2].URL()}
@@ -297,7 +298,7 @@ func TestD20_UnplacedFollowerShownThenRouted(t *testing.T) {
 	// Node 2's directory comes back under a new id and serves the tally.
 	cfg := cfgs[2]
 	cfg.Listen = "127.0.0.1:0"
-	n2 := startNodeCfg(t, cfg)
+	n2 := hosttest.StartConfig(t, cfg)
 	c2 := &hclient.Client{Base: n2.URL()}
 	waitUntil(t, "the tally counts what it missed", 30*time.Second, func() bool {
 		return dcall(t, c2, "tally/t1", "counts", "") == `{"authors":{"ann":1,"bob":1},"duplicates":0,"total":2}`
@@ -322,7 +323,7 @@ func TestPumpShutdownWaitsForLanes(t *testing.T) {
 	}
 	http.DefaultClient.CloseIdleConnections()
 	before := runtime.NumGoroutine()
-	n, c := dnode(t, nil)
+	n, c := hosttest.Start(t, hosttest.Options{Programs: deliveryPrograms})
 	dcall(t, c, "hostile/slow", "follow", `{"publisher":"hostile/pub","topic":"t"}`)
 	dcall(t, c, "hostile/pub", "publish", `"spin:2000"`)
 	waitUntil(t, "the follower's delivery in flight", 10*time.Second, func() bool { return host.PumpLanes(n) == 1 })
@@ -359,10 +360,10 @@ func TestD20_UnplacedFollowerRoutedOnceServedAgain(t *testing.T) {
 	// A backoff longer than the restart: routing at the next attempt would
 	// come too late for the check.
 	// No copies: the follower's node gone, nothing can serve it.
-	nodes, cfgs := clusterWithConfigs(t, 3, func(_ int, cfg *host.Config) {
+	nodes, cfgs := hosttest.Cluster(t, 3, hosttest.Options{Programs: clusterPrograms, Configure: func(cfg *host.Config) {
 		cfg.Delivery.RetryBase = 45 * time.Second
 		cfg.Replicas = 0
-	})
+	}})
 	ctx := context.Background()
 	a := &hclient.Client{Base: nodes[0].URL()}
 	c := &hclient.Client{Base: nodes[2].URL()}
@@ -389,7 +390,7 @@ func TestD20_UnplacedFollowerRoutedOnceServedAgain(t *testing.T) {
 	})
 	cfg := cfgs[2]
 	cfg.Listen = "127.0.0.1:0"
-	n2 := startNodeCfg(t, cfg)
+	n2 := hosttest.StartConfig(t, cfg)
 	c2 := &hclient.Client{Base: n2.URL()}
 	waitUntil(t, "the tally counts what it missed before the backoff ends", time.Until(next)-time.Second, func() bool {
 		return dcall(t, c2, "tally/t1", "counts", "") == `{"authors":{"bob":1},"duplicates":0,"total":1}`

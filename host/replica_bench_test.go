@@ -2,60 +2,13 @@ package host_test
 
 import (
 	"context"
-	"fmt"
-	"net"
-	"os"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/durable-host/host/host"
+	"github.com/durable-host/host/host/hosttest"
 )
-
-// benchCluster starts k clustered nodes in process with copies as given.
-func benchCluster(b *testing.B, k, replicas int) []*host.Node {
-	b.Helper()
-	routes := make([]string, k)
-	for i := range routes {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			b.Fatal(err)
-		}
-		routes[i] = ln.Addr().String()
-		ln.Close()
-	}
-	name := fmt.Sprintf("rbench%d-%d", os.Getpid(), replicas)
-	nodes := make([]*host.Node, k)
-	errs := make([]error, k)
-	var wg sync.WaitGroup
-	for i := range nodes {
-		var peers []string
-		for j, r := range routes {
-			if j != i {
-				peers = append(peers, "nats://"+r)
-			}
-		}
-		cfg := nodeConfig(b.TempDir(), func(c *host.Config) {
-			c.NATS.Cluster, c.NATS.ClusterName, c.NATS.Routes = routes[i], name, peers
-			c.Replicas = replicas
-		})
-		wg.Go(func() { nodes[i], errs[i] = host.New(context.Background(), cfg) })
-	}
-	wg.Wait()
-	for i, n := range nodes {
-		if n != nil {
-			b.Cleanup(func() { n.Shutdown(context.Background()) })
-		}
-		if errs[i] != nil {
-			b.Fatal(errs[i])
-		}
-		if err := n.Start(); err != nil {
-			b.Fatal(err)
-		}
-	}
-	return nodes
-}
 
 // BenchmarkReplicatedCall measures a committed call (counter inc) on its
 // home in a 3-node cluster without copies and with 2 synchronous copies,
@@ -71,8 +24,11 @@ func BenchmarkReplicatedCall(b *testing.B) {
 	}
 	sides := []*side{{name: "replicas=0"}, {name: "replicas=2"}}
 	for i, s := range sides {
-		s.nodes = benchCluster(b, 3, 2*i)
-		upload(b, s.nodes[0], "counter", "counter")
+		// The product's lease timing, not the cluster tests' shorter one.
+		s.nodes, _ = hosttest.Cluster(b, 3, hosttest.Options{Programs: []string{"counter"}, Configure: func(c *host.Config) {
+			c.LeaseTTL, c.Heartbeat = host.DefaultLeaseTTL, host.DefaultHeartbeat
+			c.Replicas = 2 * i
+		}})
 	}
 	id := host.ObjectID{Program: "counter", ID: "bench"}
 	for _, s := range sides {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/durable-host/host/delivery"
 	"github.com/durable-host/host/host"
+	"github.com/durable-host/host/host/hosttest"
 	"github.com/durable-host/host/store"
 )
 
@@ -105,7 +106,7 @@ func measureLive(b *testing.B, post func(), arrive func() time.Time) {
 //     object's file (store.Read in batches of the stream's size),
 //     the baseline without HTTP.
 func BenchmarkStream(b *testing.B) {
-	n, c := fbNode(b, "chat")
+	n, c := hosttest.Start(b, hosttest.Options{Programs: []string{"chat"}})
 	ctx := context.Background()
 	obj := host.ObjectID{Program: "chat", ID: "streamed"}
 	var seq uint64

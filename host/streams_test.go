@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/durable-host/host/host"
+	"github.com/durable-host/host/host/hosttest"
 )
 
 // sseEvent is one server-sent event of a stream.
@@ -145,7 +146,7 @@ func publishTo(t *testing.T, n *host.Node, object, topic, payload string) {
 }
 
 func streamNode(t *testing.T) *host.Node {
-	n, _ := startNode(t, nil)
+	n, _ := hosttest.Start(t, hosttest.Options{})
 	upload(t, n, "hostile", "hostile")
 	upload(t, n, "chat", "chat")
 	return n
@@ -395,7 +396,7 @@ func TestStreamsAreTenantScoped(t *testing.T) {
 // over NATS, and hears the home's hints.
 func TestS01_StreamOnAnotherNodeReadsTheHome(t *testing.T) {
 	t.Parallel()
-	nodes := clusterOf(t, 2, nil)
+	nodes, _ := hosttest.Cluster(t, 2, hosttest.Options{Programs: clusterPrograms})
 	home, other := nodes[0], nodes[1]
 	dcall(t, client(home), "chat/far", "post", `{"author":"a","text":"first"}`)
 	if home.ActiveObjects() != 1 {
@@ -417,7 +418,7 @@ func TestS01_StreamOnAnotherNodeReadsTheHome(t *testing.T) {
 // still live afterwards.
 func TestS04_ReconnectPublishesAHint(t *testing.T) {
 	t.Parallel()
-	n, _ := startNode(t, func(c *host.Config) { c.Streams.Idle = time.Hour })
+	n, _ := hosttest.Start(t, hosttest.Options{Configure: func(c *host.Config) { c.Streams.Idle = time.Hour }})
 	upload(t, n, "chat", "chat")
 	obj := host.ObjectID{Program: "chat", ID: "rc"}
 	got := make(chan *nats.Msg, 100)
@@ -455,7 +456,7 @@ func TestS04_ReconnectPublishesAHint(t *testing.T) {
 // server (flushed) by the time Listen returns, before the first read.
 func TestS03_HintListenerFlushedBeforeFirstRead(t *testing.T) {
 	t.Parallel()
-	n, _ := dnode(t, nil)
+	n, _ := hosttest.Start(t, hosttest.Options{Programs: deliveryPrograms})
 	for i := 0; i < 50; i++ {
 		ok, err := host.HintListenerRegistered(n, fmt.Sprintf("chat/s%d", i))
 		if err != nil {

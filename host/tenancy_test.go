@@ -17,6 +17,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/durable-host/host/host"
+	"github.com/durable-host/host/host/hosttest"
 	"github.com/durable-host/host/vm/vmtest"
 )
 
@@ -24,12 +25,13 @@ import (
 // token from DATA/admin.token.
 func authNode(t *testing.T, mod func(*host.Config)) (*host.Node, string) {
 	t.Helper()
-	n, dir := startNode(t, func(c *host.Config) {
+	n, _ := hosttest.Start(t, hosttest.Options{Configure: func(c *host.Config) {
 		c.Auth = true
 		if mod != nil {
 			mod(c)
 		}
-	})
+	}})
+	dir := n.DataDir()
 	b, err := os.ReadFile(filepath.Join(dir, "admin.token"))
 	if err != nil {
 		t.Fatal(err)
@@ -161,7 +163,7 @@ func TestTenancyTokens(t *testing.T) {
 // token and the tenant routes say tenancy is off.
 func TestNoAuthNeedsNoToken(t *testing.T) {
 	t.Parallel()
-	n, _ := startNode(t, nil)
+	n, _ := hosttest.Start(t, hosttest.Options{})
 	upload(t, n, "counter", "counter-rust")
 	wantReply(t, n, "counter/c", "inc", nil, "1")
 	wantError(t, do(t, n, http.MethodPost, "/v1/tenants", []byte(`{"name":"acme"}`)), http.StatusNotFound, "--auth")

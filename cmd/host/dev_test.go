@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"os/exec"
@@ -68,22 +67,10 @@ func TestDevExamplesDir(t *testing.T) {
 	}
 
 	addr := freePort(t)
-	s := &server{out: &bytes.Buffer{}, done: make(chan error, 1)}
-	s.cmd = exec.Command(bin, "dev", "--examples", src, "--data", data, "--listen", addr)
-	s.cmd.Dir = home
-	s.cmd.Env = env
-	lw := &lockedWriter{w: s.out}
-	s.cmd.Stdout, s.cmd.Stderr = lw, lw
-	if err := s.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { s.done <- s.cmd.Wait() }()
-	t.Cleanup(func() {
-		if !s.waited {
-			s.cmd.Process.Kill()
-			<-s.done
-		}
-	})
+	cmd := exec.Command(bin, "dev", "--examples", src, "--data", data, "--listen", addr)
+	cmd.Dir = home
+	cmd.Env = env
+	s := spawn(t, cmd)
 	waitHealthy(t, addr, s)
 	if got := runBin(t, bin, "call", "counter/c1", "inc", "--server", "http://"+addr); got != "1\n" {
 		t.Fatalf("call counter/c1 inc printed %q", got)

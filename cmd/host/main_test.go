@@ -2,11 +2,8 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/durable-host/host/host"
+	"github.com/durable-host/host/host/hosttest"
 	"github.com/durable-host/host/vm/vmtest"
 )
 
@@ -58,16 +55,7 @@ func TestMain(m *testing.M) {
 }
 
 // freePort returns a loopback address nobody listens on right now.
-func freePort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
+var freePort = hosttest.FreeAddr
 
 // cleanEnv is the environment without HOST_ variables that would change
 // the flags under test.
@@ -100,10 +88,17 @@ func startServer(t *testing.T, bin, data, addr string) *server {
 // kills it at the end of the test unless the test waited for it.
 func spawnServer(t *testing.T, bin, data, addr string, extra ...string) *server {
 	t.Helper()
-	s := &server{out: &bytes.Buffer{}, done: make(chan error, 1)}
 	args := append([]string{"serve", "--data", data, "--listen", addr, "--log-level", "warn"}, extra...)
-	s.cmd = exec.Command(bin, args...)
-	s.cmd.Env = cleanEnv()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = cleanEnv()
+	return spawn(t, cmd)
+}
+
+// spawn starts cmd, a node's process, with its output collected, and kills
+// it at the end of the test unless the test waited for it.
+func spawn(t *testing.T, cmd *exec.Cmd) *server {
+	t.Helper()
+	s := &server{cmd: cmd, out: &bytes.Buffer{}, done: make(chan error, 1)}
 	lw := &lockedWriter{w: s.out}
 	s.cmd.Stdout, s.cmd.Stderr = lw, lw
 	if err := s.cmd.Start(); err != nil {
@@ -328,19 +323,7 @@ func TestRunReturnsOnUnknownCommand(t *testing.T) {
 // TestClientCommandsInProcess runs upload and call in process against a node
 // in process: payloads from arguments and stdin, and API errors on stderr.
 func TestClientCommandsInProcess(t *testing.T) {
-	cfg := host.DefaultConfig()
-	cfg.DataDir = t.TempDir()
-	cfg.Listen = "127.0.0.1:0"
-	cfg.VM.CacheDir = vmtest.CacheDir()
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	n, err := host.New(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Shutdown(context.Background()) })
+	n, _ := hosttest.Start(t, hosttest.Options{})
 	wasm := filepath.Join(t.TempDir(), "counter.wasm")
 	if err := os.WriteFile(wasm, vmtest.Wasm(t, "counter"), 0o644); err != nil {
 		t.Fatal(err)

@@ -1,25 +1,17 @@
-package host
+package host_test
 
 import (
 	"context"
-	"net"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/durable-host/host/host"
 	"github.com/durable-host/host/host/cluster"
+	"github.com/durable-host/host/host/hosttest"
 	"github.com/durable-host/host/vm/vmtest"
 )
-
-func freeRoute(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
 
 // A node whose lease is gone for good shuts down and says so through
 // LeaseLost: `host serve` then starts a new node under a new id. (The
@@ -29,30 +21,21 @@ func freeRoute(t *testing.T) string {
 // conformance: D21
 func TestLeaseLostNodeShutsDown(t *testing.T) {
 	t.Parallel()
-	cfg := DefaultConfig()
-	cfg.DataDir = t.TempDir()
-	cfg.Listen = "127.0.0.1:0"
-	cfg.VM.CacheDir = vmtest.CacheDir()
-	cfg.Logger = quietLog()
-	cfg.LeaseTTL, cfg.Heartbeat = 3*time.Second, 300*time.Millisecond
+	n, _ := hosttest.Start(t, hosttest.Options{Configure: func(c *host.Config) {
+		c.LeaseTTL, c.Heartbeat = 3*time.Second, 300*time.Millisecond
+	}})
 	ctx := context.Background()
-	n, err := New(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.Start()
-	t.Cleanup(func() { n.Shutdown(context.Background()) })
 
 	if _, _, err := n.Upload(ctx, "chat", vmtest.Wasm(t, "chat")); err != nil {
 		t.Fatal(err)
 	}
-	room := ObjectID{"chat", "room1"}
+	room := host.ObjectID{Program: "chat", ID: "room1"}
 	if _, err := n.Call(ctx, room, "post", []byte(`{"text":"hi"}`)); err != nil {
 		t.Fatal(err)
 	}
 
 	// The lease changes hands behind the node's back.
-	js, err := jetstream.New(n.nats.nc)
+	js, err := jetstream.New(n.NATSConn())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,16 +1,13 @@
-package host
+package host_test
 
 import (
 	"context"
-	"fmt"
-	"io"
-	"log/slog"
-	"os"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/durable-host/host/abi"
+	"github.com/durable-host/host/host"
+	"github.com/durable-host/host/host/hosttest"
 	"github.com/durable-host/host/vm/vmtest"
 )
 
@@ -22,38 +19,11 @@ import (
 func TestStartingNodeReadsTheLiveSetBeforePruning(t *testing.T) {
 	// Three nodes, so the cluster's JetStream keeps its quorum while one
 	// restarts.
-	routes := []string{freeRoute(t), freeRoute(t), freeRoute(t)}
-	name := fmt.Sprintf("startup-%d", os.Getpid())
-	cfgs := make([]Config, 3)
-	nodes := make([]*Node, 3)
-	errs := make([]error, 3)
-	var wg sync.WaitGroup
-	for i := range cfgs {
-		cfg := DefaultConfig()
-		cfg.DataDir = t.TempDir()
-		cfg.Listen = "127.0.0.1:0"
-		cfg.VM.CacheDir = vmtest.CacheDir()
-		cfg.Logger = quietLog()
-		cfg.LeaseTTL, cfg.Heartbeat = 4*time.Second, 300*time.Millisecond
+	nodes, cfgs := hosttest.Cluster(t, 3, hosttest.Options{Configure: func(c *host.Config) {
+		c.Heartbeat = 300 * time.Millisecond
 		// No copies: the restarted node takes its publisher back itself.
-		cfg.Replicas = 0
-		cfg.NATS.Cluster, cfg.NATS.ClusterName = routes[i], name
-		for j, r := range routes {
-			if j != i {
-				cfg.NATS.Routes = append(cfg.NATS.Routes, "nats://"+r)
-			}
-		}
-		cfgs[i] = cfg
-		wg.Go(func() { nodes[i], errs[i] = New(context.Background(), cfg) })
-	}
-	wg.Wait()
-	for i, n := range nodes {
-		if errs[i] != nil {
-			t.Fatal(errs[i])
-		}
-		n.Start()
-		t.Cleanup(func() { n.Shutdown(context.Background()) })
-	}
+		c.Replicas = 0
+	}})
 	a, b := nodes[0], nodes[1]
 	ctx := context.Background()
 	start := time.Now()
@@ -61,7 +31,7 @@ func TestStartingNodeReadsTheLiveSetBeforePruning(t *testing.T) {
 	if _, _, err := a.Upload(ctx, "chat", vmtest.Wasm(t, "chat")); err != nil {
 		t.Fatal(err)
 	}
-	pub := ObjectID{"chat", "room1"}
+	pub := host.ObjectID{Program: "chat", ID: "room1"}
 	if _, err := a.Call(ctx, pub, "post", []byte(`{"text":"home on a"}`)); err != nil {
 		t.Fatal(err)
 	}
@@ -73,38 +43,17 @@ func TestStartingNodeReadsTheLiveSetBeforePruning(t *testing.T) {
 	t.Logf("followed at %v", time.Since(start))
 	// Restart a while its lease watch is slow to start.
 	a.Shutdown(ctx)
-	slow := func() { time.Sleep(2 * time.Second) }
-	beforeLeaseWatch.Store(&slow)
-	t.Cleanup(func() { beforeLeaseWatch.Store(nil) })
-	a2, err := New(ctx, cfgs[0])
-	beforeLeaseWatch.Store(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a2.Shutdown(context.Background()) })
-	heard := false
-	for _, info := range a2.cluster.Nodes() {
-		heard = heard || info.ID == b.ID()
-	}
-	if !heard {
+	restore := host.SlowLeaseWatch(func() { time.Sleep(2 * time.Second) })
+	t.Cleanup(restore)
+	a2 := hosttest.New(t, cfgs[0])
+	restore()
+	if !host.KnowsNode(a2, b.ID()) {
 		t.Fatal("the node started before it read the live set: it has not heard of its live peer")
 	}
 	t.Logf("restarted at %v", time.Since(start))
 	a2.Start()
 	// The resumed pump runs a round over the edges; wait for it to end.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		a2.objects.mu.Lock()
-		o := a2.objects.active[pub]
-		a2.objects.mu.Unlock()
-		if o != nil && !o.pump.running.Load() {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the restarted node did not resume the publisher's pump")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	hosttest.WaitFor(t, "the restarted node to resume the publisher's pump", 30*time.Second, func() bool { return host.PumpIdle(a2, pub) })
 	es, err := a2.Edges(ctx, pub)
 	if err != nil {
 		t.Fatal(err)
@@ -113,5 +62,3 @@ func TestStartingNodeReadsTheLiveSetBeforePruning(t *testing.T) {
 		t.Fatalf("after the restart the publisher has edges %+v: the live peer's connection edge was pruned", es)
 	}
 }
-
-func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
