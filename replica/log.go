@@ -174,7 +174,12 @@ func (l *Log) Ship(ctx context.Context, subject, node string, changes []byte, at
 	if len(m.Data) > l.max-1024 {
 		return at, fmt.Errorf("%w: the transaction's changes are %d bytes compressed, over the %d a replicated change set can carry", abi.ErrTooLarge, len(m.Data), l.max-1024)
 	}
-	ack, err := l.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(at.Seq), jetstream.WithExpectStream(Stream))
+	// The message id makes a publish the client retried (its first
+	// answer lost in a leader election) a duplicate JetStream answers
+	// with the first one's sequence, not a second change set refused as
+	// out of order.
+	id := subject + ":" + strconv.FormatUint(next.Applied, 10) + ":" + strconv.FormatUint(next.Sum, 16)
+	ack, err := l.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(at.Seq), jetstream.WithExpectStream(Stream), jetstream.WithMsgID(id))
 	if err != nil {
 		if isWrongLast(err) {
 			return at, fmt.Errorf("%w (%s moved past stream sequence %d)", ErrFenced, subject, at.Seq)
