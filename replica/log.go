@@ -122,15 +122,13 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 	if err != nil {
 		return nil, err
 	}
-	st, err := cfg.JetStream.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:        Stream,
-		Description: "each object's committed change sets, zstd-compressed, in commit order",
-		Subjects:    []string{subjectPrefix + ">"},
-		Storage:     jetstream.FileStorage,
-		Replicas:    max(cfg.Replicas, 1),
-		Retention:   jetstream.LimitsPolicy,
-		Discard:     jetstream.DiscardNew,
-	})
+	// An existing stream is used as it is: updating it from a node that
+	// is starting (its own server not yet counted by the meta layer) can
+	// fail placement, and nothing here changes its config.
+	st, err := cfg.JetStream.Stream(ctx, Stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		st, err = createStream(ctx, cfg)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("change stream: %w", err)
 	}
@@ -142,6 +140,22 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 		l.max = 1 << 20
 	}
 	return l, nil
+}
+
+func createStream(ctx context.Context, cfg Config) (jetstream.Stream, error) {
+	st, err := cfg.JetStream.CreateStream(ctx, jetstream.StreamConfig{
+		Name:        Stream,
+		Description: "each object's committed change sets, zstd-compressed, in commit order",
+		Subjects:    []string{subjectPrefix + ">"},
+		Storage:     jetstream.FileStorage,
+		Replicas:    max(cfg.Replicas, 1),
+		Retention:   jetstream.LimitsPolicy,
+		Discard:     jetstream.DiscardNew,
+	})
+	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		return cfg.JetStream.Stream(ctx, Stream) // another node made it first
+	}
+	return st, err
 }
 
 // Close releases the codec.

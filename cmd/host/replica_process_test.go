@@ -418,7 +418,9 @@ func TestPausedHomeIsFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	paused := time.Now()
-	took := w.waitServed(t, paused, pausedTTL+10*time.Second)
+	// No bound on the takeover's time here (the kill test has one): what
+	// this test checks is that the paused home never commits again.
+	took := w.waitServed(t, paused, 3*pausedTTL)
 	t.Logf("paused node 0 at %d acknowledged posts; the room answered again after %v", w.acked.Load(), took.Round(time.Millisecond))
 	time.Sleep(2 * time.Second) // the new home takes posts meanwhile
 	if err := old.cmd.Process.Signal(syscall.SIGCONT); err != nil {
