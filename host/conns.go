@@ -160,7 +160,7 @@ func (c *conn) reply(v any) {
 }
 
 func (n *Node) handleConnect(w http.ResponseWriter, r *http.Request, p principal) {
-	id, err := p.object(r.PathValue("program"), r.PathValue("id"))
+	id, err := resolveObject(p, r.PathValue("program"), r.PathValue("id"))
 	if err != nil {
 		n.failAs(w, p, err)
 		return
@@ -170,7 +170,7 @@ func (n *Node) handleConnect(w http.ResponseWriter, r *http.Request, p principal
 		n.failAs(w, p, err)
 		return
 	}
-	release, err := n.usage.of(p.tenant).openConn()
+	release, err := n.usage.Of(p.Tenant).OpenConn()
 	if err != nil {
 		n.failAs(w, p, err)
 		return
@@ -203,7 +203,7 @@ func (n *Node) handleConnect(w http.ResponseWriter, r *http.Request, p principal
 	n.metrics.conns.Inc()
 	defer n.conns.wg.Done()
 	defer n.metrics.conns.Dec()
-	c.reply(map[string]any{"type": "hello", "connection": c.id, "node": n.id, "object": p.showObject(id)})
+	c.reply(map[string]any{"type": "hello", "connection": c.id, "node": n.id, "object": showObject(p, id)})
 	go c.writeLoop()
 	c.readLoop()
 	c.close()
@@ -301,7 +301,7 @@ func (c *conn) handle(req *clientRequest) {
 	pub := c.attached
 	if req.Object != "" {
 		var err error
-		if pub, err = c.who.followTarget(req.Object); err != nil {
+		if pub, err = followTarget(c.who, req.Object); err != nil {
 			errReply(err)
 			return
 		}
@@ -311,12 +311,12 @@ func (c *conn) handle(req *clientRequest) {
 		c.behind.Store(false)
 		e, err := c.n.Follow(c.ctx, pub, abi.FollowRequest{
 			Topic: req.Topic, Filter: req.Filter, Kind: abi.FollowerConnection,
-			Follower: c.id, Tenant: c.who.tenant, Params: []byte(req.Params),
+			Follower: c.id, Tenant: c.who.Tenant, Params: []byte(req.Params),
 		})
 		if err != nil {
 			var re *vm.RefusedError
 			if errors.As(err, &re) {
-				err = fmt.Errorf("follow refused by %s: %s", c.who.showObject(pub), re.Reason)
+				err = fmt.Errorf("follow refused by %s: %s", showObject(c.who, pub), re.Reason)
 			}
 			errReply(err)
 			return
@@ -330,7 +330,7 @@ func (c *conn) handle(req *clientRequest) {
 		if c.n.dcfg.FanOut == delivery.FanOutSubject {
 			c.n.topics.follow(pub, req.Topic, c)
 		}
-		c.reply(map[string]any{"type": "followed", "object": c.who.showObject(pub), "topic": req.Topic, "edge": e.ID, "cursor": e.Cursor})
+		c.reply(map[string]any{"type": "followed", "object": showObject(c.who, pub), "topic": req.Topic, "edge": e.ID, "cursor": e.Cursor})
 	case "unfollow":
 		ok, err := c.n.Unfollow(c.ctx, pub, abi.FollowerConnection, c.id, req.Topic)
 		if err != nil {
@@ -340,7 +340,7 @@ func (c *conn) handle(req *clientRequest) {
 		c.mu.Lock()
 		delete(c.follows[pub], req.Topic)
 		c.mu.Unlock()
-		c.reply(map[string]any{"type": "unfollowed", "object": c.who.showObject(pub), "topic": req.Topic, "existed": ok})
+		c.reply(map[string]any{"type": "unfollowed", "object": showObject(c.who, pub), "topic": req.Topic, "existed": ok})
 	case "ping":
 		c.reply(map[string]any{"type": "pong"})
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/durable-host/host/abi"
 	"github.com/durable-host/host/delivery"
+	"github.com/durable-host/host/host/internal/tenancy"
 	"github.com/durable-host/host/store"
 	"github.com/durable-host/host/vm"
 )
@@ -335,7 +336,7 @@ func (n *Node) followLocal(ctx context.Context, publisherID ObjectID, freq follo
 	err = o.handle(ctx, func(h *objectHost) error {
 		// Across tenants only a follow hook can admit: a program without
 		// one keeps its events to its own tenant.
-		if req.Tenant != tenantOf(publisherID.Program) && !o.module.Has(abi.HandlerFollow) {
+		if req.Tenant != tenancy.TenantOf(publisherID.Program) && !o.module.Has(abi.HandlerFollow) {
 			return &vm.RefusedError{Reason: "its program has no follow hook, so only its own tenant may follow it"}
 		}
 		n.metrics.followHooks.Inc()

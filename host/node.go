@@ -27,6 +27,7 @@ import (
 	"github.com/durable-host/host/delivery"
 	"github.com/durable-host/host/host/client"
 	"github.com/durable-host/host/host/cluster"
+	"github.com/durable-host/host/host/internal/tenancy"
 	"github.com/durable-host/host/store"
 	"github.com/durable-host/host/vm"
 )
@@ -146,7 +147,7 @@ func (c Config) Validate() error {
 	if err := c.VM.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if err := c.TenantLimits.validate(); err != nil {
+	if err := c.TenantLimits.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if err := c.Delivery.Validate(); err != nil {
@@ -161,7 +162,8 @@ func (c Config) Validate() error {
 // Errors the API maps to statuses. ErrBadRequest, ErrTooLarge and
 // ErrUnavailable are abi's values, shared with the vm and the cluster: a
 // failure a guest sees as a status and the same failure over HTTP need no
-// translating between the two.
+// translating between the two. ErrUnauthorized, ErrForbidden, ErrNotFound
+// and ErrConflict are tenancy's, where they arise.
 var (
 	ErrBadRequest     = abi.ErrBadRequest
 	ErrUnknownProgram = errors.New("unknown program")
@@ -169,8 +171,12 @@ var (
 	ErrShuttingDown   = errors.New("node is shutting down")
 	ErrTooLarge       = abi.ErrTooLarge
 	ErrUnavailable    = abi.ErrUnavailable
-	ErrNotFound       = errors.New("not found")
-	ErrConflict       = errors.New("conflict")
+	ErrNotFound       = tenancy.ErrNotFound
+	ErrConflict       = tenancy.ErrConflict
+	// ErrUnauthorized: no token, or a token nobody holds.
+	ErrUnauthorized = tenancy.ErrUnauthorized
+	// ErrForbidden: a valid token that may not do this.
+	ErrForbidden = tenancy.ErrForbidden
 )
 
 // Node is one `host serve` process.
@@ -183,8 +189,8 @@ type Node struct {
 	engine   *vm.Engine
 	programs *programs
 	shaper   *shaper
-	tenants  *tenants // nil without Auth
-	usage    *usage
+	tenants  *tenancy.Registry // nil without Auth
+	usage    *tenancy.Usage    // nil without Auth
 	objects  *objects
 	nats     *natsConn
 	cluster  *cluster.Cluster
@@ -238,7 +244,6 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	n.metrics.log = n.log
 	n.objects = newObjects(n)
 	n.streams = newStreams()
-	n.usage = &usage{n: n, m: map[string]*tenantUse{}}
 	n.conns = newConns()
 	n.metrics.connectionCounters(n.conns)
 	n.topics.nodes = n
@@ -305,11 +310,14 @@ func (n *Node) open(ctx context.Context) error {
 		}
 	})
 	if cfg.Auth {
-		wg.Go(func() { n.tenants, tenantsErr = openTenants(ctx, n.log, js, replicas) })
+		wg.Go(func() { n.tenants, tenantsErr = tenancy.OpenRegistry(ctx, n.log, js, replicas) })
 	}
 	wg.Wait()
 	if err := errors.Join(clusterErr, programsErr, tenantsErr); err != nil {
 		return err
+	}
+	if cfg.Auth {
+		n.usage = tenancy.NewUsage(cfg.TenantLimits, n.tenants.Limits)
 	}
 	n.shaper = newShaper(n.programs, n.engine, n.usage, n.metrics, n.log)
 	if err := n.cluster.Start(ctx); err != nil {
@@ -321,7 +329,7 @@ func (n *Node) open(ctx context.Context) error {
 		}
 	}
 	if cfg.Auth {
-		path, created, err := n.tenants.ensureOperator(ctx, cfg.DataDir)
+		path, created, err := n.tenants.EnsureOperator(ctx, cfg.DataDir)
 		if err != nil {
 			return err
 		}
@@ -330,7 +338,7 @@ func (n *Node) open(ctx context.Context) error {
 		} else {
 			n.log.Info("tenancy is on", slog.String("operator_token", path))
 		}
-		n.usage.scan()
+		scanUsage(cfg.DataDir, n.usage)
 	}
 	n.pump = delivery.NewPump(cfg.Delivery, remoteTransport{n}, clusterMembership{n.cluster}, n.metrics, n.log)
 	return n.subscribe()
@@ -378,7 +386,7 @@ func (n *Node) Start() error {
 		n.wg.Add(2)
 		go func() {
 			defer n.wg.Done()
-			n.tenants.watch(n.bgContext)
+			n.tenants.Watch(n.bgContext)
 		}()
 		go func() {
 			defer n.wg.Done()
@@ -389,7 +397,7 @@ func (n *Node) Start() error {
 				case <-n.bgContext.Done():
 					return
 				case <-t.C:
-					n.usage.scan()
+					scanUsage(n.cfg.DataDir, n.usage)
 				}
 			}
 		}()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/durable-host/host/abi"
 	"github.com/durable-host/host/host/client"
+	"github.com/durable-host/host/host/internal/tenancy"
 	"github.com/durable-host/host/store"
 	"github.com/durable-host/host/vm"
 )
@@ -276,19 +277,13 @@ func (o *object) fileOpener() (func(context.Context) error, error) {
 		return nil, nil
 	}
 	path := o.node.objectPath(o.id)
-	tu := o.node.usage.of(tenantOf(o.id.Program))
-	created := false
+	tu := o.node.usage.Of(tenancy.TenantOf(o.id.Program))
+	undo := func() {}
 	if tu != nil {
 		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-			// A new file is new bytes: none while the tenant is over.
-			if b := tu.bytes.Load(); b >= tu.lim.TenantBytes {
-				return nil, sizeLimit("tenant storage", tu.lim.TenantBytes, b+1)
+			if undo, err = tu.NewObject(); err != nil {
+				return nil, err
 			}
-			if c := tu.objects.Add(1); c > int64(tu.lim.Objects) {
-				tu.objects.Add(-1)
-				return nil, countLimit("objects", int64(tu.lim.Objects), c, "objects on this node")
-			}
-			created = true
 		}
 	}
 	return func(ctx context.Context) error {
@@ -300,9 +295,7 @@ func (o *object) fileOpener() (func(context.Context) error, error) {
 			f, err = store.Open(ctx, path, o.node.cfg.Sync)
 		}
 		if err != nil {
-			if created {
-				tu.objects.Add(-1)
-			}
+			undo()
 			return err
 		}
 		o.file, o.capped, o.frozen = f, 0, false
@@ -313,35 +306,32 @@ func (o *object) fileOpener() (func(context.Context) error, error) {
 // capStorage keeps the file within the tenant's limits before a handler
 // runs: capped at ObjectBytes, and frozen at its size while the tenant is
 // over TenantBytes on this node. Called locked.
-func (o *object) capStorage(tu *tenantUse) error {
+func (o *object) capStorage(tu *tenancy.Use) error {
 	if tu == nil {
 		return nil
 	}
-	frozen := tu.bytes.Load() >= tu.lim.TenantBytes
-	if o.capped == tu.lim.ObjectBytes && o.frozen == frozen {
+	frozen, capped := tu.Frozen(), tu.Limits().ObjectBytes
+	if o.capped == capped && o.frozen == frozen {
 		return nil
 	}
-	limit := tu.lim.ObjectBytes
+	limit := capped
 	if frozen {
 		limit = 1 // max_page_count never goes below the pages in use
 	}
 	if err := o.file.Limit(limit); err != nil {
 		return err
 	}
-	o.capped, o.frozen = tu.lim.ObjectBytes, frozen
+	o.capped, o.frozen = capped, frozen
 	return nil
 }
 
 // storageFull names the limit a full object file ran into.
-func (o *object) storageFull(tu *tenantUse) error {
+func (o *object) storageFull(tu *tenancy.Use) error {
 	if tu == nil {
 		return fmt.Errorf("%w: object storage: the disk is full", ErrUnavailable)
 	}
 	size, _ := o.file.Size()
-	if o.frozen {
-		return sizeLimit("tenant storage", tu.lim.TenantBytes, tu.bytes.Load()+1)
-	}
-	return sizeLimit("object storage", tu.lim.ObjectBytes, size+1)
+	return tu.StorageFull(o.frozen, size)
 }
 
 // ready opens the file and makes the instance if needed. Called locked.
@@ -375,10 +365,7 @@ func (o *object) ready(ctx context.Context) (err error) {
 		o.prog, o.module = pr, m
 	}
 	if o.inst == nil {
-		var pages uint32
-		if tu := n.usage.of(tenantOf(o.id.Program)); tu != nil {
-			pages = tu.lim.MemoryPages
-		}
+		pages := n.usage.Of(tenancy.TenantOf(o.id.Program)).MemoryPages()
 		inst, err := n.engine.InstantiateLimited(ctx, o.module, pages)
 		if err != nil {
 			return err
@@ -395,10 +382,10 @@ var errDeactivated = errors.New("object was deactivated")
 // then the transaction commits (kicking the pump if it published) or rolls
 // back with the error. Called locked.
 func (o *object) handle(ctx context.Context, run func(h *objectHost) error) error {
-	tu := o.node.usage.of(tenantOf(o.id.Program))
+	tu := o.node.usage.Of(tenancy.TenantOf(o.id.Program))
 	// One of the tenant's handler slots: a tenant's runaway objects wait
 	// for each other, not for the node.
-	release, err := tu.acquire(ctx)
+	release, err := tu.Acquire(ctx)
 	if err != nil {
 		return err
 	}
@@ -424,7 +411,7 @@ func (o *object) handle(ctx context.Context, run func(h *objectHost) error) erro
 		err = h.err
 	}
 	if err == nil {
-		err = tu.publish(tx.Published())
+		err = tu.Publish(tx.Published())
 	}
 	if err != nil {
 		tx.Rollback()
@@ -509,6 +496,16 @@ func (h *objectHost) Scan(_ context.Context, prefix []byte, limit int) ([]abi.Pa
 	return p, h.fail(err)
 }
 
+// Per-call caps that hold for every tenant, and without tenancy: one call
+// cannot publish a storm, however its guest loops.
+const (
+	// MaxPublishesPerCall bounds the events one handler call may publish.
+	MaxPublishesPerCall = 10_000
+	// MaxPublishBytesPerCall bounds the payload bytes one handler call may
+	// publish, all events together.
+	MaxPublishBytesPerCall = 16 << 20
+)
+
 // Publish appends an event in the call's transaction. Past the per-call
 // caps the whole call fails and rolls back, whatever the guest does with
 // the error: a publish storm commits nothing.
@@ -516,10 +513,10 @@ func (h *objectHost) Publish(_ context.Context, topic string, payload []byte) er
 	h.published++
 	h.publishedBytes += int64(len(payload))
 	if h.published > MaxPublishesPerCall {
-		return h.fail(countLimit("events published by one call", MaxPublishesPerCall, h.published, "events"))
+		return h.fail(tenancy.CountLimit("events published by one call", MaxPublishesPerCall, h.published, "events"))
 	}
 	if h.publishedBytes > MaxPublishBytesPerCall {
-		return h.fail(sizeLimit("bytes published by one call", MaxPublishBytesPerCall, h.publishedBytes))
+		return h.fail(tenancy.SizeLimit("bytes published by one call", MaxPublishBytesPerCall, h.publishedBytes))
 	}
 	_, err := h.tx.Append(topic, payload, time.Now())
 	return h.fail(err)
@@ -533,22 +530,22 @@ func (h *objectHost) Publish(_ context.Context, topic string, payload []byte) er
 // A plain PROGRAM/ID is in this object's tenant; TENANT.PROGRAM/ID names
 // another tenant's object, whose follow hook decides.
 func (h *objectHost) Follow(ctx context.Context, req abi.FollowRequest) error {
-	who := principal{tenant: tenantOf(h.o.id.Program)}
-	pub, err := who.followTarget(req.Publisher)
+	who := principal{Tenant: tenancy.TenantOf(h.o.id.Program)}
+	pub, err := followTarget(who, req.Publisher)
 	if err != nil {
 		return fmt.Errorf("%w: %v", abi.ErrBadRequest, err)
 	}
 	req.Kind = abi.FollowerObject
 	req.Follower = h.o.id.String()
-	req.Tenant = who.tenant
+	req.Tenant = who.Tenant
 	// This handler holds one of its tenant's slots; a hook it waits for
 	// runs on that slot.
-	_, err = h.o.node.Follow(holdingSlot(ctx, who.tenant), pub, req)
+	_, err = h.o.node.Follow(tenancy.HoldingSlot(ctx, who.Tenant), pub, req)
 	return guestFollowErr(err)
 }
 
 func (h *objectHost) Unfollow(ctx context.Context, req abi.FollowRequest) error {
-	pub, err := principal{tenant: tenantOf(h.o.id.Program)}.followTarget(req.Publisher)
+	pub, err := followTarget(principal{Tenant: tenancy.TenantOf(h.o.id.Program)}, req.Publisher)
 	if err != nil {
 		return fmt.Errorf("%w: %v", abi.ErrBadRequest, err)
 	}
