@@ -201,7 +201,6 @@ type Node struct {
 	pump     *delivery.Pump
 	conns    *conns
 	subs     []*nats.Subscription
-	topics   topicSubs // the subject fan-out baseline only
 	// pumps counts running pump goroutines, waited for at shutdown;
 	// pumpMu guards adding to it against stopping.
 	pumps    sync.WaitGroup
@@ -242,11 +241,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	n.log = cfg.Logger.With(slog.String("node", n.id))
 	n.metrics = newMetrics()
 	n.metrics.log = n.log
-	n.objects = newObjects(n)
 	n.streams = newStreams()
-	n.conns = newConns()
-	n.metrics.connectionCounters(n.conns)
-	n.topics.nodes = n
 	n.dcfg = cfg.Delivery
 	if err := n.open(ctx); err != nil {
 		n.closeParts(context.Background())
@@ -319,7 +314,26 @@ func (n *Node) open(ctx context.Context) error {
 	if cfg.Auth {
 		n.usage = tenancy.NewUsage(cfg.TenantLimits, n.tenants.Limits)
 	}
+	openFile := func(ctx context.Context, _ ObjectID, path string) (*store.File, error) {
+		return store.Open(ctx, path, cfg.Sync)
+	}
+	if r := n.replicas; r != nil {
+		openFile = func(ctx context.Context, id ObjectID, path string) (*store.File, error) {
+			return r.openHome(ctx, id, path, cfg.Sync)
+		}
+	}
+	n.objects = newObjects(&objectEnv{
+		dataDir: cfg.DataDir, openFile: openFile, programs: n.programs, engine: n.engine,
+		usage: n.usage, metrics: n.metrics, log: n.log,
+		hint: n.hintCommitted, kick: n.kick, follows: n,
+	}, cfg.MaxActiveObjects, cfg.IdleTimeout)
 	n.shaper = newShaper(n.programs, n.engine, n.usage, n.metrics, n.log)
+	var topics *topicSubs // the subject fan-out baseline only
+	if cfg.Delivery.FanOut == delivery.FanOutSubject {
+		topics = newTopicSubs(n.nats.nc)
+	}
+	n.conns = newConns(n.bgContext, n, n.shaper, topics, n.log)
+	n.metrics.connectionCounters(n.conns)
 	if err := n.cluster.Start(ctx); err != nil {
 		return err
 	}

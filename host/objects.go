@@ -48,8 +48,8 @@ func (o ObjectID) Validate() error {
 // object is one active object: its file, its instance, and the lock that
 // lets one handler run at a time.
 type object struct {
-	id   ObjectID
-	node *Node
+	id  ObjectID
+	env *objectEnv
 
 	// sem is the object's lock, a channel so waiting respects contexts:
 	// one handler (or the pump) at a time. Everything below is guarded by
@@ -86,9 +86,38 @@ func (o *object) lock(ctx context.Context) error {
 
 func (o *object) unlock() { <-o.sem }
 
-// objects is the registry of active objects, bounded by an LRU.
+// objectEnv is what every active object uses of its node, one for all of
+// them.
+type objectEnv struct {
+	dataDir string // the files are under dataDir/objects
+	// openFile opens the file at path for the object's home: directly, or
+	// brought up to its change stream's end where copies are on.
+	openFile func(ctx context.Context, id ObjectID, path string) (*store.File, error)
+	programs *programs
+	engine   *vm.Engine
+	usage    *tenancy.Usage // nil without tenancy
+	metrics  *metrics
+	log      *slog.Logger
+	// After a handler's transaction that published commits: the streams'
+	// hint, and a pump round when the file may have edges.
+	hint, kick func(ObjectID)
+	// follows runs the follows a handler asks for.
+	follows follows
+}
+
+// follows makes and undoes a follower's edges at the publisher's home,
+// wherever that is: the node's Follow and Unfollow.
+type follows interface {
+	Follow(ctx context.Context, publisher ObjectID, req abi.FollowRequest) (store.Edge, error)
+	Unfollow(ctx context.Context, publisher ObjectID, kind abi.FollowerKind, follower, topic string) (bool, error)
+}
+
+// objects is the registry of active objects, bounded by an LRU: at most
+// maxActive, and none idle for longer than idle.
 type objects struct {
-	node *Node
+	env       *objectEnv
+	maxActive int
+	idle      time.Duration
 
 	// mu guards active, lru and each object's refs, lastUsed and elem. It is
 	// never held while waiting for an object's lock.
@@ -98,8 +127,8 @@ type objects struct {
 	closed bool
 }
 
-func newObjects(n *Node) *objects {
-	return &objects{node: n, active: map[ObjectID]*object{}, lru: list.New()}
+func newObjects(env *objectEnv, maxActive int, idle time.Duration) *objects {
+	return &objects{env: env, maxActive: maxActive, idle: idle, active: map[ObjectID]*object{}, lru: list.New()}
 }
 
 // acquire returns the active object for id (making it active if needed) with
@@ -112,7 +141,7 @@ func (r *objects) acquire(id ObjectID) (*object, error) {
 	}
 	o, ok := r.active[id]
 	if !ok {
-		o = &object{id: id, node: r.node, sem: make(chan struct{}, 1)}
+		o = &object{id: id, env: r.env, sem: make(chan struct{}, 1)}
 		r.active[id] = o
 		o.elem = r.lru.PushFront(o)
 	} else {
@@ -137,8 +166,7 @@ func (r *objects) release(o *object) {
 // returns them for closing. Called with mu held.
 func (r *objects) overLimit() []*object {
 	var out []*object
-	max := r.node.cfg.MaxActiveObjects
-	for e := r.lru.Back(); e != nil && len(r.active) > max; {
+	for e := r.lru.Back(); e != nil && len(r.active) > r.maxActive; {
 		o := e.Value.(*object)
 		prev := e.Prev()
 		if o.refs == 0 {
@@ -172,7 +200,7 @@ func (r *objects) reapIdle(now time.Time) int {
 	for e := r.lru.Back(); e != nil; {
 		o := e.Value.(*object)
 		prev := e.Prev()
-		if o.refs == 0 && now.Sub(o.lastUsed) >= r.node.cfg.IdleTimeout {
+		if o.refs == 0 && now.Sub(o.lastUsed) >= r.idle {
 			r.remove(o)
 			idle = append(idle, o)
 		}
@@ -276,8 +304,8 @@ func (o *object) fileOpener() (func(context.Context) error, error) {
 	if o.file != nil {
 		return nil, nil
 	}
-	path := o.node.objectPath(o.id)
-	tu := o.node.usage.Of(tenancy.TenantOf(o.id.Program))
+	path := objectFile(o.env.dataDir, o.id)
+	tu := o.env.usage.Of(tenancy.TenantOf(o.id.Program))
 	undo := func() {}
 	if tu != nil {
 		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
@@ -287,13 +315,7 @@ func (o *object) fileOpener() (func(context.Context) error, error) {
 		}
 	}
 	return func(ctx context.Context) error {
-		var f *store.File
-		var err error
-		if r := o.node.replicas; r != nil {
-			f, err = r.openHome(ctx, o.id, path, o.node.cfg.Sync)
-		} else {
-			f, err = store.Open(ctx, path, o.node.cfg.Sync)
-		}
+		f, err := o.env.openFile(ctx, o.id, path)
 		if err != nil {
 			undo()
 			return err
@@ -352,21 +374,21 @@ func (o *object) ready(ctx context.Context) (err error) {
 			}
 		}()
 	}
-	n := o.node
+	env := o.env
 	if o.module == nil {
-		pr, err := n.programs.latestFresh(ctx, o.id.Program)
+		pr, err := env.programs.latestFresh(ctx, o.id.Program)
 		if err != nil {
 			return err
 		}
-		m, err := n.programs.module(ctx, pr.Digest, nil)
+		m, err := env.programs.module(ctx, pr.Digest, nil)
 		if err != nil {
 			return err
 		}
 		o.prog, o.module = pr, m
 	}
 	if o.inst == nil {
-		pages := n.usage.Of(tenancy.TenantOf(o.id.Program)).MemoryPages()
-		inst, err := n.engine.InstantiateLimited(ctx, o.module, pages)
+		pages := env.usage.Of(tenancy.TenantOf(o.id.Program)).MemoryPages()
+		inst, err := env.engine.InstantiateLimited(ctx, o.module, pages)
 		if err != nil {
 			return err
 		}
@@ -382,7 +404,7 @@ var errDeactivated = errors.New("object was deactivated")
 // then the transaction commits (kicking the pump if it published) or rolls
 // back with the error. Called locked.
 func (o *object) handle(ctx context.Context, run func(h *objectHost) error) error {
-	tu := o.node.usage.Of(tenancy.TenantOf(o.id.Program))
+	tu := o.env.usage.Of(tenancy.TenantOf(o.id.Program))
 	// One of the tenant's handler slots: a tenant's runaway objects wait
 	// for each other, not for the node.
 	release, err := tu.Acquire(ctx)
@@ -427,9 +449,9 @@ func (o *object) handle(ctx context.Context, run func(h *objectHost) error) erro
 		return err
 	}
 	if tx.Published() > 0 {
-		o.node.hintCommitted(o.id)
+		o.env.hint(o.id)
 		if o.file.MayHaveEdges() {
-			o.node.kick(o.id)
+			o.env.kick(o.id)
 		}
 	}
 	return nil
@@ -456,8 +478,11 @@ func (n *Node) objectExists(id ObjectID) bool {
 	return err == nil
 }
 
-func (n *Node) objectPath(id ObjectID) string {
-	return filepath.Join(n.cfg.DataDir, "objects", id.Program, id.ID+".db")
+func (n *Node) objectPath(id ObjectID) string { return objectFile(n.cfg.DataDir, id) }
+
+// objectFile is where id's file lives in the data directory dataDir.
+func objectFile(dataDir string, id ObjectID) string {
+	return filepath.Join(dataDir, "objects", id.Program, id.ID+".db")
 }
 
 // objectHost is the vm.Host of one handler call: the object's transaction.
@@ -540,7 +565,7 @@ func (h *objectHost) Follow(ctx context.Context, req abi.FollowRequest) error {
 	req.Tenant = who.Tenant
 	// This handler holds one of its tenant's slots; a hook it waits for
 	// runs on that slot.
-	_, err = h.o.node.Follow(tenancy.HoldingSlot(ctx, who.Tenant), pub, req)
+	_, err = h.o.env.follows.Follow(tenancy.HoldingSlot(ctx, who.Tenant), pub, req)
 	return guestFollowErr(err)
 }
 
@@ -549,7 +574,7 @@ func (h *objectHost) Unfollow(ctx context.Context, req abi.FollowRequest) error 
 	if err != nil {
 		return fmt.Errorf("%w: %v", abi.ErrBadRequest, err)
 	}
-	_, err = h.o.node.Unfollow(ctx, pub, abi.FollowerObject, h.o.id.String(), req.Topic)
+	_, err = h.o.env.follows.Unfollow(ctx, pub, abi.FollowerObject, h.o.id.String(), req.Topic)
 	return guestFollowErr(err)
 }
 
@@ -568,7 +593,7 @@ func guestFollowErr(err error) error {
 func (h *objectHost) Self() string { return h.o.id.String() }
 
 func (h *objectHost) Log(level int32, msg string) {
-	guestLog(h.o.node.log, h.o.id.String(), level, msg)
+	guestLog(h.o.env.log, h.o.id.String(), level, msg)
 }
 
 // guestLog writes a guest's log line at its level.
