@@ -3,7 +3,8 @@
 // (object files, logs, edges).
 //
 // It does not run guests itself (vm does), define what is in an object's
-// file (delivery does) nor decide membership and placement (cluster does).
+// file (store does), decide membership and placement (cluster does) nor
+// who may do what and how much (tenancy does).
 package host
 
 import (
