@@ -23,8 +23,15 @@ import (
 // maxClientFrame bounds a frame a WebSocket client may send.
 const maxClientFrame = 64 << 10
 
-// conns is the registry of this node's WebSocket connections.
+// conns is the registry of this node's WebSocket connections, and what
+// each of them uses of the node.
 type conns struct {
+	node   connNode
+	shaper *shaper
+	bg     context.Context // shaping outlives a socket's own context
+	topics *topicSubs      // the subject fan-out baseline's; nil otherwise
+	log    *slog.Logger
+
 	// mu guards m and closed.
 	mu     sync.RWMutex
 	m      map[string]*conn
@@ -48,7 +55,17 @@ func (cs *conns) totals() (frames, envelopes int64) {
 	return frames + cs.closedFrames.Load(), envelopes + cs.closedEnvelopes.Load()
 }
 
-func newConns() *conns { return &conns{m: map[string]*conn{}} }
+// connNode is what a connection asks of its node: its follows made and
+// undone at the publisher's home, and its edges pruned there once it is
+// gone.
+type connNode interface {
+	follows
+	pruneConnection(ctx context.Context, publisher ObjectID, conn string)
+}
+
+func newConns(bg context.Context, node connNode, sh *shaper, topics *topicSubs, log *slog.Logger) *conns {
+	return &conns{node: node, shaper: sh, bg: bg, topics: topics, log: log, m: map[string]*conn{}}
+}
 
 func (cs *conns) lookup(id string) (delivery.Inbox, bool) {
 	cs.mu.RLock()
@@ -68,6 +85,7 @@ func (cs *conns) add(c *conn) bool {
 	return true
 }
 
+// remove forgets c, and its subject subscriptions.
 func (cs *conns) remove(c *conn) {
 	cs.mu.Lock()
 	if _, ok := cs.m[c.id]; ok {
@@ -76,6 +94,9 @@ func (cs *conns) remove(c *conn) {
 		cs.closedEnvelopes.Add(c.envelopes.Load())
 	}
 	cs.mu.Unlock()
+	if cs.topics != nil {
+		cs.topics.drop(c)
+	}
 }
 
 func (cs *conns) count() int {
@@ -105,7 +126,7 @@ func (cs *conns) closeAll() {
 // inbox of cfg.Delivery.Inbox items lives on this node.
 type conn struct {
 	id       string
-	n        *Node
+	cs       *conns
 	who      principal
 	attached ObjectID // the object whose program shapes events, if it can
 	useEvent bool
@@ -160,7 +181,7 @@ func (c *conn) reply(v any) {
 }
 
 func (n *Node) handleConnect(w http.ResponseWriter, r *http.Request, p principal) {
-	id, err := p.object(r.PathValue("program"), r.PathValue("id"))
+	id, err := resolveObject(p, r.PathValue("program"), r.PathValue("id"))
 	if err != nil {
 		n.failAs(w, p, err)
 		return
@@ -170,7 +191,7 @@ func (n *Node) handleConnect(w http.ResponseWriter, r *http.Request, p principal
 		n.failAs(w, p, err)
 		return
 	}
-	release, err := n.usage.of(p.tenant).openConn()
+	release, err := n.usage.Of(p.Tenant).OpenConn()
 	if err != nil {
 		n.failAs(w, p, err)
 		return
@@ -184,7 +205,7 @@ func (n *Node) handleConnect(w http.ResponseWriter, r *http.Request, p principal
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &conn{
 		id:       n.id + "." + strconv.FormatUint(n.conns.seq.Add(1), 10),
-		n:        n,
+		cs:       n.conns,
 		who:      p,
 		attached: id,
 		useEvent: slices.Contains(pr.Handlers, "event"),
@@ -203,7 +224,7 @@ func (n *Node) handleConnect(w http.ResponseWriter, r *http.Request, p principal
 	n.metrics.conns.Inc()
 	defer n.conns.wg.Done()
 	defer n.metrics.conns.Dec()
-	c.reply(map[string]any{"type": "hello", "connection": c.id, "node": n.id, "object": p.showObject(id)})
+	c.reply(map[string]any{"type": "hello", "connection": c.id, "node": n.id, "object": showObject(p, id)})
 	go c.writeLoop()
 	c.readLoop()
 	c.close()
@@ -213,8 +234,7 @@ func (n *Node) handleConnect(w http.ResponseWriter, r *http.Request, p principal
 // it followed, which prune its edges.
 func (c *conn) close() {
 	c.cancel()
-	c.n.conns.remove(c)
-	c.n.topics.drop(c)
+	c.cs.remove(c)
 	c.ws.CloseNow()
 	c.mu.Lock()
 	pubs := make([]ObjectID, 0, len(c.follows))
@@ -223,7 +243,7 @@ func (c *conn) close() {
 	}
 	c.mu.Unlock()
 	for _, p := range pubs {
-		c.n.pruneConnection(context.Background(), p, c.id)
+		c.cs.node.pruneConnection(context.Background(), p, c.id)
 	}
 }
 
@@ -301,7 +321,7 @@ func (c *conn) handle(req *clientRequest) {
 	pub := c.attached
 	if req.Object != "" {
 		var err error
-		if pub, err = c.who.followTarget(req.Object); err != nil {
+		if pub, err = followTarget(c.who, req.Object); err != nil {
 			errReply(err)
 			return
 		}
@@ -309,14 +329,14 @@ func (c *conn) handle(req *clientRequest) {
 	switch req.Type {
 	case "follow":
 		c.behind.Store(false)
-		e, err := c.n.Follow(c.ctx, pub, abi.FollowRequest{
+		e, err := c.cs.node.Follow(c.ctx, pub, abi.FollowRequest{
 			Topic: req.Topic, Filter: req.Filter, Kind: abi.FollowerConnection,
-			Follower: c.id, Tenant: c.who.tenant, Params: []byte(req.Params),
+			Follower: c.id, Tenant: c.who.Tenant, Params: []byte(req.Params),
 		})
 		if err != nil {
 			var re *vm.RefusedError
 			if errors.As(err, &re) {
-				err = fmt.Errorf("follow refused by %s: %s", c.who.showObject(pub), re.Reason)
+				err = fmt.Errorf("follow refused by %s: %s", showObject(c.who, pub), re.Reason)
 			}
 			errReply(err)
 			return
@@ -327,12 +347,12 @@ func (c *conn) handle(req *clientRequest) {
 		}
 		c.follows[pub][req.Topic] = true
 		c.mu.Unlock()
-		if c.n.dcfg.FanOut == delivery.FanOutSubject {
-			c.n.topics.follow(pub, req.Topic, c)
+		if c.cs.topics != nil {
+			c.cs.topics.follow(pub, req.Topic, c)
 		}
-		c.reply(map[string]any{"type": "followed", "object": c.who.showObject(pub), "topic": req.Topic, "edge": e.ID, "cursor": e.Cursor})
+		c.reply(map[string]any{"type": "followed", "object": showObject(c.who, pub), "topic": req.Topic, "edge": e.ID, "cursor": e.Cursor})
 	case "unfollow":
-		ok, err := c.n.Unfollow(c.ctx, pub, abi.FollowerConnection, c.id, req.Topic)
+		ok, err := c.cs.node.Unfollow(c.ctx, pub, abi.FollowerConnection, c.id, req.Topic)
 		if err != nil {
 			errReply(err)
 			return
@@ -340,7 +360,7 @@ func (c *conn) handle(req *clientRequest) {
 		c.mu.Lock()
 		delete(c.follows[pub], req.Topic)
 		c.mu.Unlock()
-		c.reply(map[string]any{"type": "unfollowed", "object": c.who.showObject(pub), "topic": req.Topic, "existed": ok})
+		c.reply(map[string]any{"type": "unfollowed", "object": showObject(c.who, pub), "topic": req.Topic, "existed": ok})
 	case "ping":
 		c.reply(map[string]any{"type": "pong"})
 	}
@@ -364,12 +384,12 @@ func (c *conn) writeLoop() {
 				c.envelopes.Add(1)
 				break
 			}
-			out, err := c.n.shaper.frame(c.n.bgContext, c.attached, it)
+			out, err := c.cs.shaper.frame(c.cs.bg, c.attached, it)
 			if errors.Is(err, vm.ErrSkip) {
 				continue
 			}
 			if err != nil {
-				c.n.log.Debug("event handler failed", slog.String("conn", c.id), slog.Any("err", err))
+				c.cs.log.Debug("event handler failed", slog.String("conn", c.id), slog.Any("err", err))
 				b, _ := json.Marshal(map[string]any{"type": "error", "error": "event handler: " + err.Error(), "publisher": it.Event.Publisher, "seq": it.Event.Seq})
 				frame = b
 				break

@@ -10,6 +10,7 @@ import (
 
 	"github.com/durable-host/host/abi"
 	"github.com/durable-host/host/delivery"
+	"github.com/durable-host/host/host/internal/tenancy"
 	"github.com/durable-host/host/store"
 	"github.com/durable-host/host/vm"
 )
@@ -71,7 +72,7 @@ func (n *Node) pumpLoop(o *object) {
 				return
 			default:
 			}
-			more, nx, err := n.pump.Round(ctx, publisher{o})
+			more, nx, err := n.pump.Round(ctx, publisher{n, o})
 			if err != nil {
 				if !errors.Is(err, errDeactivated) && !errors.Is(err, ErrShuttingDown) {
 					n.log.Warn("pump round failed", slog.String("publisher", o.id.String()), slog.Any("err", err))
@@ -105,8 +106,12 @@ func (n *Node) scheduleRetry(id ObjectID, t time.Time) {
 	})
 }
 
-// publisher adapts an object to delivery.Publisher.
-type publisher struct{ o *object }
+// publisher adapts an object to delivery.Publisher; its lanes are the
+// node's pump goroutines, so it is the node's wiring, as remoteTransport.
+type publisher struct {
+	n *Node
+	o *object
+}
 
 func (p publisher) ID() string { return p.o.id.String() }
 
@@ -114,7 +119,7 @@ func (p publisher) ID() string { return p.o.id.String() }
 // object, so the object stays active while the lane runs, and counts in
 // pumps, so Shutdown waits for it; its context ends at Shutdown.
 func (p publisher) Go(f func(context.Context)) bool {
-	n := p.o.node
+	n := p.n
 	o, err := n.objects.acquire(p.o.id)
 	if err != nil {
 		return false
@@ -140,7 +145,7 @@ func (p publisher) Go(f func(context.Context)) bool {
 }
 
 // Wake schedules a round of the publisher at t.
-func (p publisher) Wake(t time.Time) { p.o.node.scheduleRetry(p.o.id, t) }
+func (p publisher) Wake(t time.Time) { p.n.scheduleRetry(p.o.id, t) }
 
 func (p publisher) Between(ctx context.Context, f func(*store.Tx) error) error {
 	o := p.o
@@ -234,7 +239,7 @@ func (o *object) receiveOne(ctx context.Context, topic string, ev *abi.Event) er
 		return nil
 	}
 	if err == nil {
-		o.node.metrics.received.Inc()
+		o.env.metrics.received.Inc()
 	}
 	return err
 }
@@ -335,7 +340,7 @@ func (n *Node) followLocal(ctx context.Context, publisherID ObjectID, freq follo
 	err = o.handle(ctx, func(h *objectHost) error {
 		// Across tenants only a follow hook can admit: a program without
 		// one keeps its events to its own tenant.
-		if req.Tenant != tenantOf(publisherID.Program) && !o.module.Has(abi.HandlerFollow) {
+		if req.Tenant != tenancy.TenantOf(publisherID.Program) && !o.module.Has(abi.HandlerFollow) {
 			return &vm.RefusedError{Reason: "its program has no follow hook, so only its own tenant may follow it"}
 		}
 		n.metrics.followHooks.Inc()
@@ -469,7 +474,7 @@ func (n *Node) between(ctx context.Context, id ObjectID, f func(*store.Tx) error
 		return err
 	}
 	defer n.objects.release(o)
-	return publisher{o}.Between(ctx, f)
+	return publisher{n, o}.Between(ctx, f)
 }
 
 // notePublisher remembers that id has edges, so a restarted node resumes

@@ -10,6 +10,7 @@ import (
 	"github.com/durable-host/host/abi"
 	"github.com/durable-host/host/delivery"
 	"github.com/durable-host/host/host/client"
+	"github.com/durable-host/host/host/internal/tenancy"
 	"github.com/durable-host/host/vm"
 )
 
@@ -30,7 +31,7 @@ var errStateless = errors.New("an event handler runs on the socket's node, witho
 type shaper struct {
 	programs *programs
 	engine   *vm.Engine
-	usage    *usage
+	usage    *tenancy.Usage // nil without tenancy
 	metrics  *metrics
 	log      *slog.Logger
 
@@ -49,7 +50,7 @@ type shapePool struct {
 	stale bool // replaced by a newer version: instances are closed on return
 }
 
-func newShaper(p *programs, e *vm.Engine, u *usage, m *metrics, log *slog.Logger) *shaper {
+func newShaper(p *programs, e *vm.Engine, u *tenancy.Usage, m *metrics, log *slog.Logger) *shaper {
 	return &shaper{programs: p, engine: e, usage: u, metrics: m, log: log, pools: map[string]*shapePool{}}
 }
 
@@ -70,8 +71,8 @@ func (s *shaper) run(ctx context.Context, pr client.Program, id ObjectID, ev *ab
 	if err != nil {
 		return nil, err
 	}
-	tu := s.usage.of(tenantOf(id.Program))
-	release, err := tu.acquire(ctx)
+	tu := s.usage.Of(tenancy.TenantOf(id.Program))
+	release, err := tu.Acquire(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +115,7 @@ func (s *shaper) pool(ctx context.Context, pr client.Program) (*shapePool, error
 	return np, nil
 }
 
-func (s *shaper) take(ctx context.Context, p *shapePool, tu *tenantUse) (*vm.Instance, error) {
+func (s *shaper) take(ctx context.Context, p *shapePool, tu *tenancy.Use) (*vm.Instance, error) {
 	p.mu.Lock()
 	if k := len(p.idle); k > 0 {
 		inst := p.idle[k-1]
@@ -123,11 +124,7 @@ func (s *shaper) take(ctx context.Context, p *shapePool, tu *tenantUse) (*vm.Ins
 		return inst, nil
 	}
 	p.mu.Unlock()
-	var pages uint32
-	if tu != nil {
-		pages = tu.lim.MemoryPages
-	}
-	return s.engine.InstantiateLimited(ctx, p.module, pages)
+	return s.engine.InstantiateLimited(ctx, p.module, tu.MemoryPages())
 }
 
 // put returns an instance to its pool, or closes it: broken, stale, or

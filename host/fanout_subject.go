@@ -43,10 +43,12 @@ var _ delivery.TopicPublisher = remoteTransport{}
 // topicSubs are this node's subject subscriptions and the local connections
 // behind each.
 type topicSubs struct {
-	mu    sync.Mutex // guards m
-	m     map[string]*topicSub
-	nodes *Node
+	nc *nats.Conn
+	mu sync.Mutex // guards m
+	m  map[string]*topicSub
 }
+
+func newTopicSubs(nc *nats.Conn) *topicSubs { return &topicSubs{nc: nc, m: map[string]*topicSub{}} }
 
 type topicSub struct {
 	sub   *nats.Subscription
@@ -58,14 +60,11 @@ func (ts *topicSubs) follow(publisher ObjectID, topic string, c *conn) {
 	subj := topicSubject(publisher.String(), topic)
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
-	if ts.m == nil {
-		ts.m = map[string]*topicSub{}
-	}
 	s := ts.m[subj]
 	if s == nil {
 		s = &topicSub{conns: map[*conn]bool{}}
 		ts.m[subj] = s
-		sub, err := ts.nodes.nats.nc.Subscribe(subj, func(m *nats.Msg) {
+		sub, err := ts.nc.Subscribe(subj, func(m *nats.Msg) {
 			ev, err := abi.DecodeEvent(m.Data)
 			if err != nil {
 				return

@@ -7,10 +7,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/durable-host/host/host/internal/tenancy"
 	"github.com/durable-host/host/vm"
 )
 
@@ -22,12 +22,12 @@ func (n *Node) Handler() http.Handler {
 	metrics := n.metrics.handler()
 	mux.HandleFunc("GET /metrics", n.operatorOnly(func(w http.ResponseWriter, r *http.Request, _ principal) { metrics.ServeHTTP(w, r) }))
 	mux.HandleFunc("GET /v1/whoami", n.authed(n.handleWhoami))
-	mux.HandleFunc("POST /v1/tenants", n.operatorOnly(n.handleCreateTenant))
-	mux.HandleFunc("GET /v1/tenants", n.operatorOnly(n.handleListTenants))
-	mux.HandleFunc("GET /v1/tenants/{name}", n.operatorOnly(n.handleGetTenant))
-	mux.HandleFunc("POST /v1/tenants/{name}/rotate", n.operatorOnly(n.handleRotateTenant))
-	mux.HandleFunc("POST /v1/tenants/{name}/revoke", n.operatorOnly(n.handleRevokeTenant))
-	mux.HandleFunc("PUT /v1/tenants/{name}/limits", n.operatorOnly(n.handleTenantLimits))
+	mux.HandleFunc("POST /v1/tenants", n.tenantAdmin(n.handleCreateTenant))
+	mux.HandleFunc("GET /v1/tenants", n.tenantAdmin(n.handleListTenants))
+	mux.HandleFunc("GET /v1/tenants/{name}", n.tenantAdmin(n.handleGetTenant))
+	mux.HandleFunc("POST /v1/tenants/{name}/rotate", n.tenantAdmin(n.handleRotateTenant))
+	mux.HandleFunc("POST /v1/tenants/{name}/revoke", n.tenantAdmin(n.handleRevokeTenant))
+	mux.HandleFunc("PUT /v1/tenants/{name}/limits", n.tenantAdmin(n.handleTenantLimits))
 	mux.HandleFunc("PUT /v1/programs/{name}", n.authed(n.handleUpload))
 	mux.HandleFunc("GET /v1/programs", n.authed(n.handleListPrograms))
 	mux.HandleFunc("GET /v1/programs/{name}", n.authed(n.handleGetProgram))
@@ -111,19 +111,11 @@ func (n *Node) fail(w http.ResponseWriter, err error) {
 // failAs is fail for a principal: its own names appear as it wrote them,
 // without its tenant's prefix.
 func (n *Node) failAs(w http.ResponseWriter, p principal, err error) {
-	if p.tenant == "" {
+	if p.Tenant == "" {
 		n.fail(w, err)
 		return
 	}
-	writeJSON(w, statusOf(err), map[string]string{"error": p.strip(n.apiMessage(err))})
-}
-
-// strip removes the principal's own tenant prefix from the names in msg.
-func (p principal) strip(msg string) string {
-	if p.tenant == "" {
-		return msg
-	}
-	return strings.NewReplacer(`"`+p.tenant+".", `"`, " "+p.tenant+".", " ").Replace(msg)
+	writeJSON(w, statusOf(err), map[string]string{"error": p.Strip(n.apiMessage(err))})
 }
 
 // bearer is the request's token: the Authorization header, or for a
@@ -146,10 +138,10 @@ type authedHandler func(w http.ResponseWriter, r *http.Request, p principal)
 func (n *Node) authed(h authedHandler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if n.tenants == nil {
-			h(w, r, local)
+			h(w, r, tenancy.Local)
 			return
 		}
-		p, err := n.tenants.authenticate(r.Context(), bearer(r))
+		p, err := n.tenants.Authenticate(r.Context(), bearer(r))
 		if err != nil {
 			n.fail(w, err)
 			return
@@ -161,7 +153,7 @@ func (n *Node) authed(h authedHandler) http.HandlerFunc {
 // operatorOnly is authed for the operator's token; tenants get 403.
 func (n *Node) operatorOnly(h authedHandler) http.HandlerFunc {
 	return n.authed(func(w http.ResponseWriter, r *http.Request, p principal) {
-		if !p.operator {
+		if !p.Operator {
 			n.fail(w, fmt.Errorf("%w: this needs the operator token (DATA/admin.token)", ErrForbidden))
 			return
 		}
@@ -197,24 +189,24 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int) ([]byte, error)
 
 func (n *Node) handleUpload(w http.ResponseWriter, r *http.Request, p principal) {
 	name := r.PathValue("name")
-	qname, err := p.program(name)
+	qname, err := resolveProgram(p, name)
 	if err != nil {
 		n.failAs(w, p, err)
 		return
 	}
-	tu := n.usage.of(p.tenant)
+	tu := n.usage.Of(p.Tenant)
 	limit := int64(n.cfg.VM.MaxModuleSize)
-	if tu != nil && tu.lim.ModuleBytes < limit {
-		limit = tu.lim.ModuleBytes
+	if tu != nil && tu.Limits().ModuleBytes < limit {
+		limit = tu.Limits().ModuleBytes
 		if r.ContentLength > limit {
-			n.failAs(w, p, sizeLimit("module size", limit, r.ContentLength))
+			n.failAs(w, p, tenancy.SizeLimit("module size", limit, r.ContentLength))
 			return
 		}
 	}
 	wasm, err := readBody(w, r, int(limit))
 	if err != nil {
 		if tu != nil && errors.Is(err, ErrTooLarge) {
-			err = sizeLimit("module size", limit, limit+1)
+			err = tenancy.SizeLimit("module size", limit, limit+1)
 		}
 		n.failAs(w, p, err)
 		return
@@ -238,37 +230,34 @@ func (n *Node) handleUpload(w http.ResponseWriter, r *http.Request, p principal)
 	if !created {
 		st = http.StatusOK
 	}
-	pr.Name = p.show(pr.Name)
+	pr.Name = p.Show(pr.Name)
 	writeJSON(w, st, pr)
 }
 
 // checkProgramCount refuses a new program name past the tenant's limit.
-func (n *Node) checkProgramCount(ctx context.Context, tu *tenantUse, qname string) error {
-	names, err := n.programs.names(ctx, func(k string) bool { return tenantOf(k) == tu.name })
+func (n *Node) checkProgramCount(ctx context.Context, tu *tenancy.Use, qname string) error {
+	names, err := n.programs.names(ctx, func(k string) bool { return tenancy.TenantOf(k) == tu.Tenant() })
 	if err != nil {
 		return err
 	}
-	if slices.Contains(names, qname) || len(names) < tu.lim.Programs {
-		return nil
-	}
-	return countLimit("programs", int64(tu.lim.Programs), int64(len(names)+1), "programs")
+	return tu.AllowProgram(names, qname)
 }
 
 func (n *Node) handleListPrograms(w http.ResponseWriter, r *http.Request, p principal) {
-	ps, err := n.programs.listIn(r.Context(), "", func(k string) bool { return p.operator || tenantOf(k) == p.tenant })
+	ps, err := n.programs.listIn(r.Context(), "", p.Owns)
 	if err != nil {
 		n.failAs(w, p, err)
 		return
 	}
 	for i := range ps {
-		ps[i].Name = p.show(ps[i].Name)
+		ps[i].Name = p.Show(ps[i].Name)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"programs": ps})
 }
 
 func (n *Node) handleGetProgram(w http.ResponseWriter, r *http.Request, p principal) {
 	name := r.PathValue("name")
-	qname, err := p.program(name)
+	qname, err := resolveProgram(p, name)
 	if err != nil {
 		n.failAs(w, p, err)
 		return
@@ -279,13 +268,13 @@ func (n *Node) handleGetProgram(w http.ResponseWriter, r *http.Request, p princi
 		return
 	}
 	for i := range ps {
-		ps[i].Name = p.show(ps[i].Name)
+		ps[i].Name = p.Show(ps[i].Name)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"name": name, "versions": ps})
 }
 
 func (n *Node) handleCall(w http.ResponseWriter, r *http.Request, p principal) {
-	id, err := p.object(r.PathValue("program"), r.PathValue("id"))
+	id, err := resolveObject(p, r.PathValue("program"), r.PathValue("id"))
 	if err != nil {
 		n.failAs(w, p, err)
 		return
@@ -309,7 +298,7 @@ func (n *Node) handleCall(w http.ResponseWriter, r *http.Request, p principal) {
 }
 
 func (n *Node) handleEdges(w http.ResponseWriter, r *http.Request, p principal) {
-	id, err := p.object(r.PathValue("program"), r.PathValue("id"))
+	id, err := resolveObject(p, r.PathValue("program"), r.PathValue("id"))
 	if err != nil {
 		n.failAs(w, p, err)
 		return
@@ -319,11 +308,11 @@ func (n *Node) handleEdges(w http.ResponseWriter, r *http.Request, p principal) 
 		n.failAs(w, p, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"object": p.showObject(id), "edges": edges})
+	writeJSON(w, http.StatusOK, map[string]any{"object": showObject(p, id), "edges": edges})
 }
 
 func (n *Node) handleReplicas(w http.ResponseWriter, r *http.Request, p principal) {
-	id, err := p.object(r.PathValue("program"), r.PathValue("id"))
+	id, err := resolveObject(p, r.PathValue("program"), r.PathValue("id"))
 	if err != nil {
 		n.failAs(w, p, err)
 		return
@@ -333,12 +322,12 @@ func (n *Node) handleReplicas(w http.ResponseWriter, r *http.Request, p principa
 		n.failAs(w, p, err)
 		return
 	}
-	rep.Object = p.showObject(id)
+	rep.Object = showObject(p, id)
 	writeJSON(w, http.StatusOK, rep)
 }
 
 func (n *Node) handleDeleteEdge(w http.ResponseWriter, r *http.Request, p principal) {
-	id, err := p.object(r.PathValue("program"), r.PathValue("id"))
+	id, err := resolveObject(p, r.PathValue("program"), r.PathValue("id"))
 	if err != nil {
 		n.failAs(w, p, err)
 		return
@@ -354,8 +343,8 @@ func (n *Node) handleDeleteEdge(w http.ResponseWriter, r *http.Request, p princi
 		return
 	}
 	if !ok {
-		n.failAs(w, p, fmt.Errorf("%w: %s has no edge %d", ErrUnknownObject, p.showObject(id), edge))
+		n.failAs(w, p, fmt.Errorf("%w: %s has no edge %d", ErrUnknownObject, showObject(p, id), edge))
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"object": p.showObject(id), "removed": edge})
+	writeJSON(w, http.StatusOK, map[string]any{"object": showObject(p, id), "removed": edge})
 }

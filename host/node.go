@@ -3,7 +3,8 @@
 // (object files, logs, edges).
 //
 // It does not run guests itself (vm does), define what is in an object's
-// file (delivery does) nor decide membership and placement (cluster does).
+// file (store does), decide membership and placement (cluster does) nor
+// who may do what and how much (tenancy does).
 package host
 
 import (
@@ -27,6 +28,7 @@ import (
 	"github.com/durable-host/host/delivery"
 	"github.com/durable-host/host/host/client"
 	"github.com/durable-host/host/host/cluster"
+	"github.com/durable-host/host/host/internal/tenancy"
 	"github.com/durable-host/host/store"
 	"github.com/durable-host/host/vm"
 )
@@ -146,7 +148,7 @@ func (c Config) Validate() error {
 	if err := c.VM.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if err := c.TenantLimits.validate(); err != nil {
+	if err := c.TenantLimits.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if err := c.Delivery.Validate(); err != nil {
@@ -161,7 +163,8 @@ func (c Config) Validate() error {
 // Errors the API maps to statuses. ErrBadRequest, ErrTooLarge and
 // ErrUnavailable are abi's values, shared with the vm and the cluster: a
 // failure a guest sees as a status and the same failure over HTTP need no
-// translating between the two.
+// translating between the two. ErrUnauthorized, ErrForbidden, ErrNotFound
+// and ErrConflict are tenancy's, where they arise.
 var (
 	ErrBadRequest     = abi.ErrBadRequest
 	ErrUnknownProgram = errors.New("unknown program")
@@ -169,8 +172,12 @@ var (
 	ErrShuttingDown   = errors.New("node is shutting down")
 	ErrTooLarge       = abi.ErrTooLarge
 	ErrUnavailable    = abi.ErrUnavailable
-	ErrNotFound       = errors.New("not found")
-	ErrConflict       = errors.New("conflict")
+	ErrNotFound       = tenancy.ErrNotFound
+	ErrConflict       = tenancy.ErrConflict
+	// ErrUnauthorized: no token, or a token nobody holds.
+	ErrUnauthorized = tenancy.ErrUnauthorized
+	// ErrForbidden: a valid token that may not do this.
+	ErrForbidden = tenancy.ErrForbidden
 )
 
 // Node is one `host serve` process.
@@ -183,8 +190,8 @@ type Node struct {
 	engine   *vm.Engine
 	programs *programs
 	shaper   *shaper
-	tenants  *tenants // nil without Auth
-	usage    *usage
+	tenants  *tenancy.Registry // nil without Auth
+	usage    *tenancy.Usage    // nil without Auth
 	objects  *objects
 	nats     *natsConn
 	cluster  *cluster.Cluster
@@ -195,7 +202,6 @@ type Node struct {
 	pump     *delivery.Pump
 	conns    *conns
 	subs     []*nats.Subscription
-	topics   topicSubs // the subject fan-out baseline only
 	// pumps counts running pump goroutines, waited for at shutdown;
 	// pumpMu guards adding to it against stopping.
 	pumps    sync.WaitGroup
@@ -236,12 +242,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	n.log = cfg.Logger.With(slog.String("node", n.id))
 	n.metrics = newMetrics()
 	n.metrics.log = n.log
-	n.objects = newObjects(n)
 	n.streams = newStreams()
-	n.usage = &usage{n: n, m: map[string]*tenantUse{}}
-	n.conns = newConns()
-	n.metrics.connectionCounters(n.conns)
-	n.topics.nodes = n
 	n.dcfg = cfg.Delivery
 	if err := n.open(ctx); err != nil {
 		n.closeParts(context.Background())
@@ -305,13 +306,35 @@ func (n *Node) open(ctx context.Context) error {
 		}
 	})
 	if cfg.Auth {
-		wg.Go(func() { n.tenants, tenantsErr = openTenants(ctx, n.log, js, replicas) })
+		wg.Go(func() { n.tenants, tenantsErr = tenancy.OpenRegistry(ctx, n.log, js, replicas) })
 	}
 	wg.Wait()
 	if err := errors.Join(clusterErr, programsErr, tenantsErr); err != nil {
 		return err
 	}
+	if cfg.Auth {
+		n.usage = tenancy.NewUsage(cfg.TenantLimits, n.tenants.Limits)
+	}
+	openFile := func(ctx context.Context, _ ObjectID, path string) (*store.File, error) {
+		return store.Open(ctx, path, cfg.Sync)
+	}
+	if r := n.replicas; r != nil {
+		openFile = func(ctx context.Context, id ObjectID, path string) (*store.File, error) {
+			return r.openHome(ctx, id, path, cfg.Sync)
+		}
+	}
+	n.objects = newObjects(&objectEnv{
+		dataDir: cfg.DataDir, openFile: openFile, programs: n.programs, engine: n.engine,
+		usage: n.usage, metrics: n.metrics, log: n.log,
+		hint: n.hintCommitted, kick: n.kick, follows: n,
+	}, cfg.MaxActiveObjects, cfg.IdleTimeout)
 	n.shaper = newShaper(n.programs, n.engine, n.usage, n.metrics, n.log)
+	var topics *topicSubs // the subject fan-out baseline only
+	if cfg.Delivery.FanOut == delivery.FanOutSubject {
+		topics = newTopicSubs(n.nats.nc)
+	}
+	n.conns = newConns(n.bgContext, n, n.shaper, topics, n.log)
+	n.metrics.connectionCounters(n.conns)
 	if err := n.cluster.Start(ctx); err != nil {
 		return err
 	}
@@ -321,7 +344,7 @@ func (n *Node) open(ctx context.Context) error {
 		}
 	}
 	if cfg.Auth {
-		path, created, err := n.tenants.ensureOperator(ctx, cfg.DataDir)
+		path, created, err := n.tenants.EnsureOperator(ctx, cfg.DataDir)
 		if err != nil {
 			return err
 		}
@@ -330,7 +353,7 @@ func (n *Node) open(ctx context.Context) error {
 		} else {
 			n.log.Info("tenancy is on", slog.String("operator_token", path))
 		}
-		n.usage.scan()
+		scanUsage(cfg.DataDir, n.usage)
 	}
 	n.pump = delivery.NewPump(cfg.Delivery, remoteTransport{n}, clusterMembership{n.cluster}, n.metrics, n.log)
 	return n.subscribe()
@@ -378,7 +401,7 @@ func (n *Node) Start() error {
 		n.wg.Add(2)
 		go func() {
 			defer n.wg.Done()
-			n.tenants.watch(n.bgContext)
+			n.tenants.Watch(n.bgContext)
 		}()
 		go func() {
 			defer n.wg.Done()
@@ -389,7 +412,7 @@ func (n *Node) Start() error {
 				case <-n.bgContext.Done():
 					return
 				case <-t.C:
-					n.usage.scan()
+					scanUsage(n.cfg.DataDir, n.usage)
 				}
 			}
 		}()

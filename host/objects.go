@@ -14,6 +14,7 @@ import (
 
 	"github.com/durable-host/host/abi"
 	"github.com/durable-host/host/host/client"
+	"github.com/durable-host/host/host/internal/tenancy"
 	"github.com/durable-host/host/store"
 	"github.com/durable-host/host/vm"
 )
@@ -47,8 +48,8 @@ func (o ObjectID) Validate() error {
 // object is one active object: its file, its instance, and the lock that
 // lets one handler run at a time.
 type object struct {
-	id   ObjectID
-	node *Node
+	id  ObjectID
+	env *objectEnv
 
 	// sem is the object's lock, a channel so waiting respects contexts:
 	// one handler (or the pump) at a time. Everything below is guarded by
@@ -85,9 +86,38 @@ func (o *object) lock(ctx context.Context) error {
 
 func (o *object) unlock() { <-o.sem }
 
-// objects is the registry of active objects, bounded by an LRU.
+// objectEnv is what every active object uses of its node, one for all of
+// them.
+type objectEnv struct {
+	dataDir string // the files are under dataDir/objects
+	// openFile opens the file at path for the object's home: directly, or
+	// brought up to its change stream's end where copies are on.
+	openFile func(ctx context.Context, id ObjectID, path string) (*store.File, error)
+	programs *programs
+	engine   *vm.Engine
+	usage    *tenancy.Usage // nil without tenancy
+	metrics  *metrics
+	log      *slog.Logger
+	// After a handler's transaction that published commits: the streams'
+	// hint, and a pump round when the file may have edges.
+	hint, kick func(ObjectID)
+	// follows runs the follows a handler asks for.
+	follows follows
+}
+
+// follows makes and undoes a follower's edges at the publisher's home,
+// wherever that is: the node's Follow and Unfollow.
+type follows interface {
+	Follow(ctx context.Context, publisher ObjectID, req abi.FollowRequest) (store.Edge, error)
+	Unfollow(ctx context.Context, publisher ObjectID, kind abi.FollowerKind, follower, topic string) (bool, error)
+}
+
+// objects is the registry of active objects, bounded by an LRU: at most
+// maxActive, and none idle for longer than idle.
 type objects struct {
-	node *Node
+	env       *objectEnv
+	maxActive int
+	idle      time.Duration
 
 	// mu guards active, lru and each object's refs, lastUsed and elem. It is
 	// never held while waiting for an object's lock.
@@ -97,8 +127,8 @@ type objects struct {
 	closed bool
 }
 
-func newObjects(n *Node) *objects {
-	return &objects{node: n, active: map[ObjectID]*object{}, lru: list.New()}
+func newObjects(env *objectEnv, maxActive int, idle time.Duration) *objects {
+	return &objects{env: env, maxActive: maxActive, idle: idle, active: map[ObjectID]*object{}, lru: list.New()}
 }
 
 // acquire returns the active object for id (making it active if needed) with
@@ -111,7 +141,7 @@ func (r *objects) acquire(id ObjectID) (*object, error) {
 	}
 	o, ok := r.active[id]
 	if !ok {
-		o = &object{id: id, node: r.node, sem: make(chan struct{}, 1)}
+		o = &object{id: id, env: r.env, sem: make(chan struct{}, 1)}
 		r.active[id] = o
 		o.elem = r.lru.PushFront(o)
 	} else {
@@ -136,8 +166,7 @@ func (r *objects) release(o *object) {
 // returns them for closing. Called with mu held.
 func (r *objects) overLimit() []*object {
 	var out []*object
-	max := r.node.cfg.MaxActiveObjects
-	for e := r.lru.Back(); e != nil && len(r.active) > max; {
+	for e := r.lru.Back(); e != nil && len(r.active) > r.maxActive; {
 		o := e.Value.(*object)
 		prev := e.Prev()
 		if o.refs == 0 {
@@ -171,7 +200,7 @@ func (r *objects) reapIdle(now time.Time) int {
 	for e := r.lru.Back(); e != nil; {
 		o := e.Value.(*object)
 		prev := e.Prev()
-		if o.refs == 0 && now.Sub(o.lastUsed) >= r.node.cfg.IdleTimeout {
+		if o.refs == 0 && now.Sub(o.lastUsed) >= r.idle {
 			r.remove(o)
 			idle = append(idle, o)
 		}
@@ -275,34 +304,20 @@ func (o *object) fileOpener() (func(context.Context) error, error) {
 	if o.file != nil {
 		return nil, nil
 	}
-	path := o.node.objectPath(o.id)
-	tu := o.node.usage.of(tenantOf(o.id.Program))
-	created := false
+	path := objectFile(o.env.dataDir, o.id)
+	tu := o.env.usage.Of(tenancy.TenantOf(o.id.Program))
+	undo := func() {}
 	if tu != nil {
 		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-			// A new file is new bytes: none while the tenant is over.
-			if b := tu.bytes.Load(); b >= tu.lim.TenantBytes {
-				return nil, sizeLimit("tenant storage", tu.lim.TenantBytes, b+1)
+			if undo, err = tu.NewObject(); err != nil {
+				return nil, err
 			}
-			if c := tu.objects.Add(1); c > int64(tu.lim.Objects) {
-				tu.objects.Add(-1)
-				return nil, countLimit("objects", int64(tu.lim.Objects), c, "objects on this node")
-			}
-			created = true
 		}
 	}
 	return func(ctx context.Context) error {
-		var f *store.File
-		var err error
-		if r := o.node.replicas; r != nil {
-			f, err = r.openHome(ctx, o.id, path, o.node.cfg.Sync)
-		} else {
-			f, err = store.Open(ctx, path, o.node.cfg.Sync)
-		}
+		f, err := o.env.openFile(ctx, o.id, path)
 		if err != nil {
-			if created {
-				tu.objects.Add(-1)
-			}
+			undo()
 			return err
 		}
 		o.file, o.capped, o.frozen = f, 0, false
@@ -313,35 +328,32 @@ func (o *object) fileOpener() (func(context.Context) error, error) {
 // capStorage keeps the file within the tenant's limits before a handler
 // runs: capped at ObjectBytes, and frozen at its size while the tenant is
 // over TenantBytes on this node. Called locked.
-func (o *object) capStorage(tu *tenantUse) error {
+func (o *object) capStorage(tu *tenancy.Use) error {
 	if tu == nil {
 		return nil
 	}
-	frozen := tu.bytes.Load() >= tu.lim.TenantBytes
-	if o.capped == tu.lim.ObjectBytes && o.frozen == frozen {
+	frozen, capped := tu.Frozen(), tu.Limits().ObjectBytes
+	if o.capped == capped && o.frozen == frozen {
 		return nil
 	}
-	limit := tu.lim.ObjectBytes
+	limit := capped
 	if frozen {
 		limit = 1 // max_page_count never goes below the pages in use
 	}
 	if err := o.file.Limit(limit); err != nil {
 		return err
 	}
-	o.capped, o.frozen = tu.lim.ObjectBytes, frozen
+	o.capped, o.frozen = capped, frozen
 	return nil
 }
 
 // storageFull names the limit a full object file ran into.
-func (o *object) storageFull(tu *tenantUse) error {
+func (o *object) storageFull(tu *tenancy.Use) error {
 	if tu == nil {
 		return fmt.Errorf("%w: object storage: the disk is full", ErrUnavailable)
 	}
 	size, _ := o.file.Size()
-	if o.frozen {
-		return sizeLimit("tenant storage", tu.lim.TenantBytes, tu.bytes.Load()+1)
-	}
-	return sizeLimit("object storage", tu.lim.ObjectBytes, size+1)
+	return tu.StorageFull(o.frozen, size)
 }
 
 // ready opens the file and makes the instance if needed. Called locked.
@@ -362,24 +374,21 @@ func (o *object) ready(ctx context.Context) (err error) {
 			}
 		}()
 	}
-	n := o.node
+	env := o.env
 	if o.module == nil {
-		pr, err := n.programs.latestFresh(ctx, o.id.Program)
+		pr, err := env.programs.latestFresh(ctx, o.id.Program)
 		if err != nil {
 			return err
 		}
-		m, err := n.programs.module(ctx, pr.Digest, nil)
+		m, err := env.programs.module(ctx, pr.Digest, nil)
 		if err != nil {
 			return err
 		}
 		o.prog, o.module = pr, m
 	}
 	if o.inst == nil {
-		var pages uint32
-		if tu := n.usage.of(tenantOf(o.id.Program)); tu != nil {
-			pages = tu.lim.MemoryPages
-		}
-		inst, err := n.engine.InstantiateLimited(ctx, o.module, pages)
+		pages := env.usage.Of(tenancy.TenantOf(o.id.Program)).MemoryPages()
+		inst, err := env.engine.InstantiateLimited(ctx, o.module, pages)
 		if err != nil {
 			return err
 		}
@@ -395,10 +404,10 @@ var errDeactivated = errors.New("object was deactivated")
 // then the transaction commits (kicking the pump if it published) or rolls
 // back with the error. Called locked.
 func (o *object) handle(ctx context.Context, run func(h *objectHost) error) error {
-	tu := o.node.usage.of(tenantOf(o.id.Program))
+	tu := o.env.usage.Of(tenancy.TenantOf(o.id.Program))
 	// One of the tenant's handler slots: a tenant's runaway objects wait
 	// for each other, not for the node.
-	release, err := tu.acquire(ctx)
+	release, err := tu.Acquire(ctx)
 	if err != nil {
 		return err
 	}
@@ -424,7 +433,7 @@ func (o *object) handle(ctx context.Context, run func(h *objectHost) error) erro
 		err = h.err
 	}
 	if err == nil {
-		err = tu.publish(tx.Published())
+		err = tu.Publish(tx.Published())
 	}
 	if err != nil {
 		tx.Rollback()
@@ -440,9 +449,9 @@ func (o *object) handle(ctx context.Context, run func(h *objectHost) error) erro
 		return err
 	}
 	if tx.Published() > 0 {
-		o.node.hintCommitted(o.id)
+		o.env.hint(o.id)
 		if o.file.MayHaveEdges() {
-			o.node.kick(o.id)
+			o.env.kick(o.id)
 		}
 	}
 	return nil
@@ -469,8 +478,11 @@ func (n *Node) objectExists(id ObjectID) bool {
 	return err == nil
 }
 
-func (n *Node) objectPath(id ObjectID) string {
-	return filepath.Join(n.cfg.DataDir, "objects", id.Program, id.ID+".db")
+func (n *Node) objectPath(id ObjectID) string { return objectFile(n.cfg.DataDir, id) }
+
+// objectFile is where id's file lives in the data directory dataDir.
+func objectFile(dataDir string, id ObjectID) string {
+	return filepath.Join(dataDir, "objects", id.Program, id.ID+".db")
 }
 
 // objectHost is the vm.Host of one handler call: the object's transaction.
@@ -509,6 +521,16 @@ func (h *objectHost) Scan(_ context.Context, prefix []byte, limit int) ([]abi.Pa
 	return p, h.fail(err)
 }
 
+// Per-call caps that hold for every tenant, and without tenancy: one call
+// cannot publish a storm, however its guest loops.
+const (
+	// MaxPublishesPerCall bounds the events one handler call may publish.
+	MaxPublishesPerCall = 10_000
+	// MaxPublishBytesPerCall bounds the payload bytes one handler call may
+	// publish, all events together.
+	MaxPublishBytesPerCall = 16 << 20
+)
+
 // Publish appends an event in the call's transaction. Past the per-call
 // caps the whole call fails and rolls back, whatever the guest does with
 // the error: a publish storm commits nothing.
@@ -516,10 +538,10 @@ func (h *objectHost) Publish(_ context.Context, topic string, payload []byte) er
 	h.published++
 	h.publishedBytes += int64(len(payload))
 	if h.published > MaxPublishesPerCall {
-		return h.fail(countLimit("events published by one call", MaxPublishesPerCall, h.published, "events"))
+		return h.fail(tenancy.CountLimit("events published by one call", MaxPublishesPerCall, h.published, "events"))
 	}
 	if h.publishedBytes > MaxPublishBytesPerCall {
-		return h.fail(sizeLimit("bytes published by one call", MaxPublishBytesPerCall, h.publishedBytes))
+		return h.fail(tenancy.SizeLimit("bytes published by one call", MaxPublishBytesPerCall, h.publishedBytes))
 	}
 	_, err := h.tx.Append(topic, payload, time.Now())
 	return h.fail(err)
@@ -533,26 +555,26 @@ func (h *objectHost) Publish(_ context.Context, topic string, payload []byte) er
 // A plain PROGRAM/ID is in this object's tenant; TENANT.PROGRAM/ID names
 // another tenant's object, whose follow hook decides.
 func (h *objectHost) Follow(ctx context.Context, req abi.FollowRequest) error {
-	who := principal{tenant: tenantOf(h.o.id.Program)}
-	pub, err := who.followTarget(req.Publisher)
+	who := principal{Tenant: tenancy.TenantOf(h.o.id.Program)}
+	pub, err := followTarget(who, req.Publisher)
 	if err != nil {
 		return fmt.Errorf("%w: %v", abi.ErrBadRequest, err)
 	}
 	req.Kind = abi.FollowerObject
 	req.Follower = h.o.id.String()
-	req.Tenant = who.tenant
+	req.Tenant = who.Tenant
 	// This handler holds one of its tenant's slots; a hook it waits for
 	// runs on that slot.
-	_, err = h.o.node.Follow(holdingSlot(ctx, who.tenant), pub, req)
+	_, err = h.o.env.follows.Follow(tenancy.HoldingSlot(ctx, who.Tenant), pub, req)
 	return guestFollowErr(err)
 }
 
 func (h *objectHost) Unfollow(ctx context.Context, req abi.FollowRequest) error {
-	pub, err := principal{tenant: tenantOf(h.o.id.Program)}.followTarget(req.Publisher)
+	pub, err := followTarget(principal{Tenant: tenancy.TenantOf(h.o.id.Program)}, req.Publisher)
 	if err != nil {
 		return fmt.Errorf("%w: %v", abi.ErrBadRequest, err)
 	}
-	_, err = h.o.node.Unfollow(ctx, pub, abi.FollowerObject, h.o.id.String(), req.Topic)
+	_, err = h.o.env.follows.Unfollow(ctx, pub, abi.FollowerObject, h.o.id.String(), req.Topic)
 	return guestFollowErr(err)
 }
 
@@ -571,7 +593,7 @@ func guestFollowErr(err error) error {
 func (h *objectHost) Self() string { return h.o.id.String() }
 
 func (h *objectHost) Log(level int32, msg string) {
-	guestLog(h.o.node.log, h.o.id.String(), level, msg)
+	guestLog(h.o.env.log, h.o.id.String(), level, msg)
 }
 
 // guestLog writes a guest's log line at its level.

@@ -160,7 +160,7 @@ func (s *streams) reconnected() {
 // {"error": "..."} before closing. The id is the consumer's checkpoint:
 // reconnect with ?after=ID (or the Last-Event-ID header) to resume.
 func (n *Node) handleStream(w http.ResponseWriter, r *http.Request, p principal) {
-	id, err := p.object(r.PathValue("program"), r.PathValue("id"))
+	id, err := resolveObject(p, r.PathValue("program"), r.PathValue("id"))
 	if err != nil {
 		n.failAs(w, p, err)
 		return
@@ -193,7 +193,7 @@ func (n *Node) handleStream(w http.ResponseWriter, r *http.Request, p principal)
 		n.failAs(w, p, fmt.Errorf("streaming is not supported on this connection"))
 		return
 	}
-	release, err := n.usage.of(p.tenant).openConn()
+	release, err := n.usage.Of(p.Tenant).OpenConn()
 	if err != nil {
 		n.failAs(w, p, err)
 		return
@@ -208,7 +208,7 @@ func (n *Node) handleStream(w http.ResponseWriter, r *http.Request, p principal)
 
 	var buf []byte
 	send := func(e *abi.Event) error {
-		e.Publisher = p.showObject(id)
+		e.Publisher = showObject(p, id)
 		buf = append(buf[:0], "id: "...)
 		buf = strconv.AppendUint(buf, e.Seq, 10)
 		buf = append(buf, "\nevent: event\ndata: "...)
@@ -241,7 +241,7 @@ func (n *Node) handleStream(w http.ResponseWriter, r *http.Request, p principal)
 		return
 	}
 	n.log.Debug("stream ended", slog.String("object", id.String()), slog.Any("err", err))
-	b, _ := json.Marshal(map[string]string{"error": p.strip(err.Error())})
+	b, _ := json.Marshal(map[string]string{"error": p.Strip(err.Error())})
 	fmt.Fprintf(w, "event: error\ndata: %s\n\n", b)
 	rc.Flush()
 }

@@ -9,11 +9,23 @@ import (
 // errTenancyOff answers tenant routes on a node without --auth.
 var errTenancyOff = fmt.Errorf("%w: tenancy is off on this node; start it with --auth", ErrNotFound)
 
+// tenantAdmin guards the routes that manage tenants: the operator's, on a
+// node with tenancy.
+func (n *Node) tenantAdmin(h authedHandler) http.HandlerFunc {
+	return n.operatorOnly(func(w http.ResponseWriter, r *http.Request, p principal) {
+		if n.tenants == nil {
+			n.fail(w, errTenancyOff)
+			return
+		}
+		h(w, r, p)
+	})
+}
+
 func (n *Node) handleWhoami(w http.ResponseWriter, r *http.Request, p principal) {
-	out := map[string]any{"tenant": p.tenant, "operator": p.operator, "auth": n.tenants != nil, "node": n.id}
-	if tu := n.usage.of(p.tenant); tu != nil {
-		out["limits"] = tu.lim
-		out["usage"] = map[string]int64{"connections": tu.conns.Load(), "objects": tu.objects.Load(), "bytes": tu.bytes.Load()}
+	out := map[string]any{"tenant": p.Tenant, "operator": p.Operator, "auth": n.tenants != nil, "node": n.id}
+	if tu := n.usage.Of(p.Tenant); tu != nil {
+		out["limits"] = tu.Limits()
+		out["usage"] = tu.Counts()
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -25,10 +37,6 @@ type tenantRequest struct {
 }
 
 func (n *Node) handleCreateTenant(w http.ResponseWriter, r *http.Request, _ principal) {
-	if n.tenants == nil {
-		n.fail(w, errTenancyOff)
-		return
-	}
 	body, err := readBody(w, r, 64<<10)
 	if err != nil {
 		n.fail(w, err)
@@ -39,7 +47,7 @@ func (n *Node) handleCreateTenant(w http.ResponseWriter, r *http.Request, _ prin
 		n.fail(w, fmt.Errorf("%w: want {\"name\":\"acme\",\"limits\":{...}}: %v", ErrBadRequest, err))
 		return
 	}
-	t, tok, err := n.tenants.create(r.Context(), req.Name, req.Limits)
+	t, tok, err := n.tenants.Create(r.Context(), req.Name, req.Limits)
 	if err != nil {
 		n.fail(w, err)
 		return
@@ -49,36 +57,24 @@ func (n *Node) handleCreateTenant(w http.ResponseWriter, r *http.Request, _ prin
 }
 
 func (n *Node) handleListTenants(w http.ResponseWriter, r *http.Request, _ principal) {
-	if n.tenants == nil {
-		n.fail(w, errTenancyOff)
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"tenants": n.tenants.list(), "default_limits": n.cfg.TenantLimits})
+	writeJSON(w, http.StatusOK, map[string]any{"tenants": n.tenants.List(), "default_limits": n.cfg.TenantLimits})
 }
 
 func (n *Node) handleGetTenant(w http.ResponseWriter, r *http.Request, _ principal) {
-	if n.tenants == nil {
-		n.fail(w, errTenancyOff)
-		return
-	}
-	t, ok := n.tenants.get(r.PathValue("name"))
+	t, ok := n.tenants.Get(r.PathValue("name"))
 	if !ok {
 		n.fail(w, fmt.Errorf("%w: no tenant %q", ErrNotFound, clip(r.PathValue("name"))))
 		return
 	}
-	out := map[string]any{"tenant": t.public(), "effective_limits": t.Limits.Over(n.cfg.TenantLimits)}
-	if tu := n.usage.of(t.Name); tu != nil {
-		out["usage_on_this_node"] = map[string]int64{"connections": tu.conns.Load(), "objects": tu.objects.Load(), "bytes": tu.bytes.Load()}
+	out := map[string]any{"tenant": t, "effective_limits": t.Limits.Over(n.cfg.TenantLimits)}
+	if tu := n.usage.Of(t.Name); tu != nil {
+		out["usage_on_this_node"] = tu.Counts()
 	}
 	writeJSON(w, http.StatusOK, out)
 }
 
 func (n *Node) handleRotateTenant(w http.ResponseWriter, r *http.Request, _ principal) {
-	if n.tenants == nil {
-		n.fail(w, errTenancyOff)
-		return
-	}
-	t, tok, err := n.tenants.rotate(r.Context(), r.PathValue("name"))
+	t, tok, err := n.tenants.Rotate(r.Context(), r.PathValue("name"))
 	if err != nil {
 		n.fail(w, err)
 		return
@@ -87,11 +83,7 @@ func (n *Node) handleRotateTenant(w http.ResponseWriter, r *http.Request, _ prin
 }
 
 func (n *Node) handleRevokeTenant(w http.ResponseWriter, r *http.Request, _ principal) {
-	if n.tenants == nil {
-		n.fail(w, errTenancyOff)
-		return
-	}
-	t, err := n.tenants.revoke(r.Context(), r.PathValue("name"))
+	t, err := n.tenants.Revoke(r.Context(), r.PathValue("name"))
 	if err != nil {
 		n.fail(w, err)
 		return
@@ -100,10 +92,6 @@ func (n *Node) handleRevokeTenant(w http.ResponseWriter, r *http.Request, _ prin
 }
 
 func (n *Node) handleTenantLimits(w http.ResponseWriter, r *http.Request, _ principal) {
-	if n.tenants == nil {
-		n.fail(w, errTenancyOff)
-		return
-	}
 	body, err := readBody(w, r, 64<<10)
 	if err != nil {
 		n.fail(w, err)
@@ -114,7 +102,7 @@ func (n *Node) handleTenantLimits(w http.ResponseWriter, r *http.Request, _ prin
 		n.fail(w, fmt.Errorf("%w: want a limits object: %v", ErrBadRequest, err))
 		return
 	}
-	t, err := n.tenants.setLimits(r.Context(), r.PathValue("name"), lim)
+	t, err := n.tenants.SetLimits(r.Context(), r.PathValue("name"), lim)
 	if err != nil {
 		n.fail(w, err)
 		return

@@ -1,4 +1,4 @@
-package host
+package tenancy
 
 import (
 	"context"
@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -23,17 +22,11 @@ import (
 	"github.com/durable-host/host/host/cluster"
 )
 
-// Tenancy: with Config.Auth every request presents a bearer token. A
-// tenant's token names the tenant; the operator's token (DATA/admin.token)
-// manages tenants. Tenants and the hashes of their tokens live in the
-// cluster's JetStream KV bucket host_tenants, so every node answers for
-// every tenant; a token itself is never stored.
-//
-// A tenant's programs are stored under qualified names, TENANT.PROGRAM, so
-// objects, files, edges and events of two tenants never share a name. A
-// tenant writes plain names and sees its own without the prefix; a
-// qualified name of another tenant is only accepted as the target of a
-// follow, which the publisher's follow hook decides.
+// With tenancy on, every request presents a bearer token. A tenant's token
+// names the tenant; the operator's token (DATA/admin.token) manages
+// tenants. Tenants and the hashes of their tokens live in the cluster's
+// JetStream KV bucket host_tenants, so every node answers for every tenant;
+// a token itself is never stored.
 
 const tenantsBucket = "host_tenants"
 
@@ -43,16 +36,6 @@ const (
 	tenantTokenPrefix   = "ht_"
 	operatorTokenPrefix = "ho_"
 )
-
-var tenantName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,31}$`)
-
-// ValidateTenantName reports whether name can name a tenant.
-func ValidateTenantName(name string) error {
-	if !tenantName.MatchString(name) {
-		return fmt.Errorf("%w: tenant name %q must be 1-32 of a-z 0-9 _ - and start with a letter or digit", ErrBadRequest, clip(name))
-	}
-	return nil
-}
 
 // Tenant is one tenant as the API shows it. Its token hash never leaves
 // the node.
@@ -64,6 +47,8 @@ type Tenant struct {
 	// Limits overrides the node's defaults where a field is set.
 	Limits Limits `json:"limits,omitzero"`
 
+	// TokenHash is the sha256 of the tenant's token, as stored in the
+	// bucket; the Registry hands out no tenant with it set.
 	TokenHash string `json:"token_hash,omitempty"`
 }
 
@@ -71,21 +56,6 @@ func (t Tenant) public() Tenant {
 	t.TokenHash = ""
 	return t
 }
-
-// ErrUnauthorized: no token, or a token nobody holds.
-var ErrUnauthorized = errors.New("unauthorized")
-
-// ErrForbidden: a valid token that may not do this.
-var ErrForbidden = errors.New("forbidden")
-
-// principal is who a request acts for.
-type principal struct {
-	tenant   string // "" for the operator and without tenancy
-	operator bool   // may manage tenants and address any qualified name
-}
-
-// local is the principal of every request without tenancy.
-var local = principal{operator: true}
 
 func hashToken(tok string) string {
 	s := sha256.Sum256([]byte(tok))
@@ -100,10 +70,10 @@ func newSecret() string {
 	return hex.EncodeToString(b[:])
 }
 
-// tenants is the node's view of the tenants bucket, kept current by a
-// watch; a token that names a tenant the view does not know yet is looked
+// Registry is the node's view of the tenants bucket, kept current by
+// Watch; a token that names a tenant the view does not know yet is looked
 // up in the bucket directly.
-type tenants struct {
+type Registry struct {
 	kv  jetstream.KeyValue
 	log *slog.Logger
 
@@ -112,7 +82,9 @@ type tenants struct {
 	operators map[string]bool // token hashes
 }
 
-func openTenants(ctx context.Context, log *slog.Logger, js jetstream.JetStream, replicas int) (*tenants, error) {
+// OpenRegistry creates (or finds) the tenants bucket, with replicas
+// copies, and reads it.
+func OpenRegistry(ctx context.Context, log *slog.Logger, js jetstream.JetStream, replicas int) (*Registry, error) {
 	var kv jetstream.KeyValue
 	err := cluster.RetryJS(ctx, log, "tenants", func(ctx context.Context) error {
 		var err error
@@ -125,11 +97,11 @@ func openTenants(ctx context.Context, log *slog.Logger, js jetstream.JetStream, 
 	if err != nil {
 		return nil, fmt.Errorf("tenants: %w", err)
 	}
-	t := &tenants{kv: kv, log: log, byName: map[string]Tenant{}, operators: map[string]bool{}}
+	t := &Registry{kv: kv, log: log, byName: map[string]Tenant{}, operators: map[string]bool{}}
 	return t, t.load(ctx)
 }
 
-func (ts *tenants) load(ctx context.Context) error {
+func (ts *Registry) load(ctx context.Context) error {
 	keys, err := ts.kv.Keys(ctx)
 	if errors.Is(err, jetstream.ErrNoKeysFound) {
 		return nil
@@ -147,7 +119,7 @@ func (ts *tenants) load(ctx context.Context) error {
 	return nil
 }
 
-func (ts *tenants) apply(key string, value []byte, deleted bool) {
+func (ts *Registry) apply(key string, value []byte, deleted bool) {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	switch {
@@ -168,7 +140,8 @@ func (ts *tenants) apply(key string, value []byte, deleted bool) {
 	}
 }
 
-func (ts *tenants) watch(ctx context.Context) {
+// Watch applies the bucket's changes to the view until ctx ends.
+func (ts *Registry) Watch(ctx context.Context) {
 	w, err := ts.kv.WatchAll(ctx, jetstream.UpdatesOnly())
 	if err != nil {
 		return
@@ -182,10 +155,10 @@ func (ts *tenants) watch(ctx context.Context) {
 	}
 }
 
-// ensureOperator makes sure DATA/admin.token exists (mode 0600) and that
-// its hash is an operator token of the cluster. It reports whether it
-// wrote a new file.
-func (ts *tenants) ensureOperator(ctx context.Context, dataDir string) (string, bool, error) {
+// EnsureOperator makes sure dataDir/admin.token exists (mode 0600) and
+// that its hash is an operator token of the cluster. It returns the file's
+// path and reports whether it wrote a new file.
+func (ts *Registry) EnsureOperator(ctx context.Context, dataDir string) (string, bool, error) {
 	path := filepath.Join(dataDir, "admin.token")
 	b, err := os.ReadFile(path)
 	created := false
@@ -208,10 +181,11 @@ func (ts *tenants) ensureOperator(ctx context.Context, dataDir string) (string, 
 	return path, created, nil
 }
 
-// authenticate maps a bearer token to its principal.
-func (ts *tenants) authenticate(ctx context.Context, tok string) (principal, error) {
+// Authenticate maps a bearer token to its principal, or fails with
+// ErrUnauthorized.
+func (ts *Registry) Authenticate(ctx context.Context, tok string) (Principal, error) {
 	if tok == "" {
-		return principal{}, fmt.Errorf("%w: this node needs a token: --token or HOST_TOKEN for the CLI, Authorization: Bearer for HTTP, ?access_token= for a browser WebSocket", ErrUnauthorized)
+		return Principal{}, fmt.Errorf("%w: this node needs a token: --token or HOST_TOKEN for the CLI, Authorization: Bearer for HTTP, ?access_token= for a browser WebSocket", ErrUnauthorized)
 	}
 	h := hashToken(tok)
 	bad := fmt.Errorf("%w: the token is not valid (revoked, rotated, or never issued)", ErrUnauthorized)
@@ -220,21 +194,21 @@ func (ts *tenants) authenticate(ctx context.Context, tok string) (principal, err
 		ok := ts.operators[h]
 		ts.mu.RUnlock()
 		if !ok {
-			return principal{}, bad
+			return Principal{}, bad
 		}
-		return principal{operator: true}, nil
+		return Principal{Operator: true}, nil
 	}
 	rest, ok := strings.CutPrefix(tok, tenantTokenPrefix)
 	if !ok {
-		return principal{}, bad
+		return Principal{}, bad
 	}
 	i := strings.LastIndexByte(rest, '_')
 	if i <= 0 {
-		return principal{}, bad
+		return Principal{}, bad
 	}
 	name := rest[:i]
-	if ValidateTenantName(name) != nil {
-		return principal{}, bad
+	if ValidateName(name) != nil {
+		return Principal{}, bad
 	}
 	ts.mu.RLock()
 	t, known := ts.byName[name]
@@ -243,32 +217,39 @@ func (ts *tenants) authenticate(ctx context.Context, tok string) (principal, err
 		// Created on another node a moment ago: read it once.
 		e, err := ts.kv.Get(ctx, "t."+name)
 		if err != nil {
-			return principal{}, bad
+			return Principal{}, bad
 		}
 		ts.apply(e.Key(), e.Value(), false)
 		ts.mu.RLock()
 		t, known = ts.byName[name]
 		ts.mu.RUnlock()
 		if !known {
-			return principal{}, bad
+			return Principal{}, bad
 		}
 	}
 	if t.Revoked || subtle.ConstantTimeCompare([]byte(h), []byte(t.TokenHash)) != 1 {
-		return principal{}, bad
+		return Principal{}, bad
 	}
-	return principal{tenant: name}, nil
+	return Principal{Tenant: name}, nil
 }
 
-// get returns a tenant from the view.
-func (ts *tenants) get(name string) (Tenant, bool) {
+// Get returns a tenant from the view.
+func (ts *Registry) Get(name string) (Tenant, bool) {
 	ts.mu.RLock()
 	defer ts.mu.RUnlock()
 	t, ok := ts.byName[name]
-	return t, ok
+	return t.public(), ok
 }
 
-// list returns every tenant, by name.
-func (ts *tenants) list() []Tenant {
+// Limits returns a tenant's own limits, which override the node's defaults
+// where a field is set.
+func (ts *Registry) Limits(name string) (Limits, bool) {
+	t, ok := ts.Get(name)
+	return t.Limits, ok
+}
+
+// List returns every tenant, by name.
+func (ts *Registry) List() []Tenant {
 	ts.mu.RLock()
 	out := make([]Tenant, 0, len(ts.byName))
 	for _, t := range ts.byName {
@@ -279,14 +260,12 @@ func (ts *tenants) list() []Tenant {
 	return out
 }
 
-var errTenantExists = errors.New("tenant exists")
-
-// create makes a tenant and returns its token, shown once.
-func (ts *tenants) create(ctx context.Context, name string, lim Limits) (Tenant, string, error) {
-	if err := ValidateTenantName(name); err != nil {
+// Create makes a tenant and returns its token, shown once.
+func (ts *Registry) Create(ctx context.Context, name string, lim Limits) (Tenant, string, error) {
+	if err := ValidateName(name); err != nil {
 		return Tenant{}, "", err
 	}
-	if err := lim.validate(); err != nil {
+	if err := lim.Validate(); err != nil {
 		return Tenant{}, "", err
 	}
 	tok := tenantTokenPrefix + name + "_" + newSecret()
@@ -303,8 +282,8 @@ func (ts *tenants) create(ctx context.Context, name string, lim Limits) (Tenant,
 }
 
 // update changes a tenant with f under optimistic concurrency.
-func (ts *tenants) update(ctx context.Context, name string, f func(*Tenant)) (Tenant, error) {
-	if err := ValidateTenantName(name); err != nil {
+func (ts *Registry) update(ctx context.Context, name string, f func(*Tenant)) (Tenant, error) {
+	if err := ValidateName(name); err != nil {
 		return Tenant{}, err
 	}
 	for range 10 {
@@ -330,9 +309,9 @@ func (ts *tenants) update(ctx context.Context, name string, f func(*Tenant)) (Te
 	return Tenant{}, fmt.Errorf("%w: tenant %s: concurrent updates", ErrUnavailable, name)
 }
 
-// rotate issues a new token; the old one stops working at once on every
+// Rotate issues a new token; the old one stops working at once on every
 // node that has seen the change (the watch carries it in milliseconds).
-func (ts *tenants) rotate(ctx context.Context, name string) (Tenant, string, error) {
+func (ts *Registry) Rotate(ctx context.Context, name string) (Tenant, string, error) {
 	tok := tenantTokenPrefix + name + "_" + newSecret()
 	t, err := ts.update(ctx, name, func(t *Tenant) {
 		t.TokenHash, t.Revoked, t.Rotated = hashToken(tok), false, time.Now().UTC()
@@ -340,99 +319,18 @@ func (ts *tenants) rotate(ctx context.Context, name string) (Tenant, string, err
 	return t.public(), tok, err
 }
 
-// revoke disables the tenant's token. Its programs and objects stay;
-// rotate issues a new token.
-func (ts *tenants) revoke(ctx context.Context, name string) (Tenant, error) {
+// Revoke disables the tenant's token. Its programs and objects stay;
+// Rotate issues a new token.
+func (ts *Registry) Revoke(ctx context.Context, name string) (Tenant, error) {
 	t, err := ts.update(ctx, name, func(t *Tenant) { t.Revoked, t.TokenHash = true, "" })
 	return t.public(), err
 }
 
-// setLimits replaces a tenant's limit overrides.
-func (ts *tenants) setLimits(ctx context.Context, name string, lim Limits) (Tenant, error) {
-	if err := lim.validate(); err != nil {
+// SetLimits replaces a tenant's limit overrides.
+func (ts *Registry) SetLimits(ctx context.Context, name string, lim Limits) (Tenant, error) {
+	if err := lim.Validate(); err != nil {
 		return Tenant{}, err
 	}
 	t, err := ts.update(ctx, name, func(t *Tenant) { t.Limits = lim })
 	return t.public(), err
-}
-
-// Names.
-
-// tenantOf returns the tenant of a qualified program name.
-func tenantOf(program string) string {
-	t, _, ok := strings.Cut(program, ".")
-	if !ok {
-		return ""
-	}
-	return t
-}
-
-func qualify(tenant, program string) string {
-	if tenant == "" {
-		return program
-	}
-	return tenant + "." + program
-}
-
-// program resolves a program name a principal wrote. A plain name is in
-// the principal's namespace; a qualified one only for the operator. Any
-// other tenant's name is "unknown": it reveals nothing.
-func (p principal) program(name string) (string, error) {
-	if strings.Contains(name, ".") {
-		if !p.operator {
-			return "", unknownProgram(name)
-		}
-		return name, ValidateQualifiedProgram(name)
-	}
-	if err := ValidateProgramName(name); err != nil {
-		return "", err
-	}
-	return qualify(p.tenant, name), nil
-}
-
-// object resolves PROGRAM/ID parts the principal wrote, for its own use.
-func (p principal) object(program, id string) (ObjectID, error) {
-	q, err := p.program(program)
-	if err != nil {
-		return ObjectID{}, err
-	}
-	o := ObjectID{q, id}
-	return o, ValidateObjectID(id)
-}
-
-// followTarget resolves the object a principal asks to follow: its own
-// (a plain name) or any tenant's (TENANT.PROGRAM/ID), for the publisher's
-// follow hook to decide.
-func (p principal) followTarget(s string) (ObjectID, error) {
-	o, err := ParseObjectID(s)
-	if err != nil {
-		return o, err
-	}
-	if !strings.Contains(o.Program, ".") {
-		o.Program = qualify(p.tenant, o.Program)
-	}
-	return o, nil
-}
-
-// show is how the principal sees a qualified name: its own without the
-// prefix.
-func (p principal) show(program string) string {
-	if p.tenant != "" {
-		if s, ok := strings.CutPrefix(program, p.tenant+"."); ok {
-			return s
-		}
-	}
-	return program
-}
-
-func (p principal) showObject(o ObjectID) string {
-	return p.show(o.Program) + "/" + o.ID
-}
-
-// owns reports whether a qualified program is in the principal's namespace.
-func (p principal) owns(program string) bool {
-	if p.operator {
-		return true
-	}
-	return tenantOf(program) == p.tenant
 }
