@@ -8,6 +8,7 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"sort"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -36,7 +37,17 @@ func (c *Cluster) Home(ctx context.Context, obj Object) (string, error) {
 		return h, nil
 	}
 	key := dirKey(obj)
-	for attempt := 0; attempt < 5; attempt++ {
+	for attempt := 0; attempt < 8; attempt++ {
+		if attempt > 0 {
+			// A lost compare-and-set reads again; the read may come from a
+			// replica of the directory that has not seen the winning
+			// write yet, so give it a moment rather than spin.
+			select {
+			case <-ctx.Done():
+				return "", fmt.Errorf("%w: object directory: %v", ErrUnavailable, ctx.Err())
+			case <-time.After(time.Duration(attempt) * 25 * time.Millisecond):
+			}
+		}
 		e, err := c.dir.Get(ctx, key)
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
