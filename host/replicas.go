@@ -70,6 +70,12 @@ type replicas struct {
 	open   map[ObjectID]*store.File
 	copyMu sync.Mutex
 	cons   jetstream.ConsumeContext
+
+	// homeAt is, for each object this node opened as home, the stream
+	// sequence its file was at then (ObjectID → uint64): a change set
+	// another node shipped after it means this node was taken over; one
+	// from before (the old home's, read late) means nothing.
+	homeAt sync.Map
 }
 
 // opTimeout bounds one read of the change stream: a stream without a
@@ -115,6 +121,8 @@ func (r *replicas) openHome(ctx context.Context, id ObjectID, path string, sync 
 		}
 	}
 	f.SetShipper(r.shipper(id))
+	at, _ := f.Position()
+	r.homeAt.Store(id, at.Seq)
 	return f, nil
 }
 
@@ -272,18 +280,21 @@ func (r *replicas) receive(ctx context.Context, m jetstream.Msg) {
 	if from == r.self {
 		return
 	}
+	meta, err := m.Metadata()
+	if err != nil {
+		return
+	}
 	if r.active(id) {
-		// Another node shipped for an object active here: it took the
-		// object over. This node must not serve it again from this file.
-		r.fenced(id)
+		// Another node shipped for an object active here after this node
+		// became its home: it took the object over, and this node must
+		// not serve it again from this file.
+		if at, ok := r.homeAt.Load(id); !ok || meta.Sequence.Stream > at.(uint64) {
+			r.fenced(id)
+		}
 		return
 	}
 	if !r.keeps(id, from) {
 		r.drop(id)
-		return
-	}
-	meta, err := m.Metadata()
-	if err != nil {
 		return
 	}
 	if err := r.apply(ctx, id, meta.Sequence.Stream, m); err != nil {
