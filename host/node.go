@@ -140,7 +140,7 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("replicas must be 0 or more (or %d for the default), not %d", ReplicasAuto, c.Replicas))
 	}
 	if c.ReplicaAck != ReplicaSync {
-		errs = append(errs, fmt.Errorf("replica ack must be %q, not %q", ReplicaSync, c.ReplicaAck))
+		errs = append(errs, fmt.Errorf("replica ack must be %q (a call is answered once its changes are replicated; async acknowledgement is not available yet), not %q", ReplicaSync, c.ReplicaAck))
 	}
 	if c.Sync != store.SyncNormal && c.Sync != store.SyncFull {
 		errs = append(errs, fmt.Errorf("sync must be NORMAL or FULL, not %q", c.Sync))
