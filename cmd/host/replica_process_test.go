@@ -106,6 +106,34 @@ func (rc *replicaCluster) waitNodes(n int) {
 	}
 }
 
+// waitCurrentCopy waits until node i holds a copy of obj (or is its home)
+// at the stream's end.
+func (rc *replicaCluster) waitCurrentCopy(obj string, i int) {
+	rc.t.Helper()
+	ctx := context.Background()
+	var health struct{ Node string }
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		var rep struct {
+			Copies []struct {
+				Node string `json:"node"`
+				Lag  uint64 `json:"lag"`
+			} `json:"copies"`
+		}
+		if rc.cs[i].Get(ctx, "/healthz", &health) == nil && rc.cs[i].Replicas(ctx, obj, &rep) == nil {
+			for _, c := range rep.Copies {
+				if c.Node == health.Node && c.Lag == 0 {
+					return
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			rc.t.Fatalf("node %d keeps no current copy of %s", i, obj)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // home returns the index of the node that is obj's home.
 func (rc *replicaCluster) home(obj string, via int) int {
 	rc.t.Helper()
@@ -344,6 +372,10 @@ func TestTakeoverAfterKill9(t *testing.T) {
 		waitHealthy(t, rc.addrs[victim], rc.servers[victim])
 		rc.waitNodes(3)
 		w.down.Delete(victim)
+		// One failure at a time: the next kill waits until the restarted
+		// node keeps a current copy of the room and posts flow again.
+		rc.waitCurrentCopy("chat/room1", victim)
+		w.waitAcked(t, w.acked.Load()+30)
 	}
 	w.halt(t)
 	history := rc.history(t, 1)
