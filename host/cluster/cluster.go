@@ -479,22 +479,31 @@ func (c *Cluster) sweep(ctx context.Context) {
 	}
 	c.mu.Unlock()
 	for _, id := range suspects {
-		gctx, cancel := context.WithTimeout(ctx, c.ttl/2)
-		_, err := c.nodes.Get(gctx, "n."+id)
-		cancel()
-		switch {
-		case err == nil:
-			c.mu.Lock()
+		c.askStore(ctx, id)
+	}
+}
+
+// askStore settles whether id is alive from its lease key: present, it was
+// heard now; gone, id is dead for good (NodeGone runs once). An unreadable
+// store settles nothing.
+func (c *Cluster) askStore(ctx context.Context, id string) {
+	gctx, cancel := context.WithTimeout(ctx, c.ttl/2)
+	defer cancel()
+	_, err := c.nodes.Get(gctx, "n."+id)
+	switch {
+	case err == nil:
+		c.mu.Lock()
+		if !c.dead[id] {
 			c.lastSeen[id] = time.Now()
-			c.mu.Unlock()
-		case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
-			c.mu.Lock()
-			died := !c.dead[id]
-			c.markDeadLocked(id)
-			c.mu.Unlock()
-			if died {
-				c.cfg.NodeGone(id)
-			}
+		}
+		c.mu.Unlock()
+	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
+		c.mu.Lock()
+		died := !c.dead[id]
+		c.markDeadLocked(id)
+		c.mu.Unlock()
+		if died {
+			c.cfg.NodeGone(id)
 		}
 	}
 }
@@ -530,25 +539,7 @@ func (c *Cluster) alive(ctx context.Context, id string) bool {
 	if known {
 		return c.Live(id)
 	}
-	gctx, cancel := context.WithTimeout(ctx, c.ttl/2)
-	defer cancel()
-	_, err := c.nodes.Get(gctx, "n."+id)
-	switch {
-	case err == nil:
-		c.mu.Lock()
-		if !c.dead[id] {
-			c.lastSeen[id] = time.Now()
-		}
-		c.mu.Unlock()
-	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
-		c.mu.Lock()
-		died := !c.dead[id]
-		c.markDeadLocked(id)
-		c.mu.Unlock()
-		if died {
-			c.cfg.NodeGone(id)
-		}
-	}
+	c.askStore(ctx, id)
 	return c.Live(id)
 }
 
