@@ -121,7 +121,7 @@ func (r *replicas) openHome(ctx context.Context, id ObjectID, path string, sync 
 		}
 	}
 	f.SetShipper(r.shipper(id))
-	at, _ := f.Position()
+	at := f.Position()
 	r.homeAt.Store(id, at.Seq)
 	return f, nil
 }
@@ -139,12 +139,12 @@ func (r *replicas) catchUpHome(ctx context.Context, id ObjectID, f *store.File) 
 		return err
 	}
 	for {
-		at, _ := f.Position()
+		at := f.Position()
 		if at.Seq < last.Seq {
 			if _, _, err := r.log.CatchUp(ctx, subj, f); err != nil {
 				return err
 			}
-			at, _ = f.Position()
+			at = f.Position()
 		}
 		if last.Node == r.self && at.Seq == last.Seq {
 			return nil
@@ -323,7 +323,7 @@ func (r *replicas) apply(ctx context.Context, id ObjectID, seq uint64, m jetstre
 	if err != nil {
 		return err
 	}
-	at, _ := f.Position()
+	at := f.Position()
 	switch applied := replica.Applied(m.Headers()); {
 	case applied <= at.Applied:
 		return nil

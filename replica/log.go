@@ -173,11 +173,31 @@ const minCompress = 64
 // last message is the one at names (expected last subject sequence): a
 // node whose object was taken over gets ErrFenced.
 func (l *Log) Ship(ctx context.Context, subject, node string, changes []byte, at store.Position) (store.Position, error) {
+	next, wire, err := l.publish(ctx, subject, node, changes, at, false)
+	if err != nil {
+		return at, err
+	}
+	l.stats.shipped.Add(1)
+	l.stats.raw.Add(int64(len(changes)))
+	l.stats.wire.Add(int64(wire))
+	return next, nil
+}
+
+// publish sends the change set after at on subject (a takeover mark when
+// mark is set: no changes) with the expectation that the subject's last
+// message is the one at names, and returns the position after it and the
+// size of the body it sent.
+func (l *Log) publish(ctx context.Context, subject, node string, changes []byte, at store.Position, mark bool) (store.Position, int, error) {
 	next := store.Position{Applied: at.Applied + 1, Sum: Chain(at.Sum, changes)}
 	m := nats.NewMsg(subject)
 	m.Header.Set(hdrNode, node)
 	m.Header.Set(hdrApplied, strconv.FormatUint(next.Applied, 10))
 	m.Header.Set(hdrSum, strconv.FormatUint(next.Sum, 16))
+	what := "ship change set"
+	if mark {
+		m.Header.Set(hdrMark, "takeover")
+		what = "takeover mark"
+	}
 	m.Data = changes
 	if len(changes) >= minCompress {
 		if z := l.enc.EncodeAll(changes, nil); len(z) < len(changes) {
@@ -186,7 +206,7 @@ func (l *Log) Ship(ctx context.Context, subject, node string, changes []byte, at
 		}
 	}
 	if len(m.Data) > l.max-1024 {
-		return at, fmt.Errorf("%w: the transaction's changes are %d bytes compressed, over the %d a replicated change set can carry", abi.ErrTooLarge, len(m.Data), l.max-1024)
+		return at, 0, fmt.Errorf("%w: the transaction's changes are %d bytes compressed, over the %d a replicated change set can carry", abi.ErrTooLarge, len(m.Data), l.max-1024)
 	}
 	// The message id makes a publish the client retried (its first
 	// answer lost in a leader election) a duplicate JetStream answers
@@ -196,15 +216,12 @@ func (l *Log) Ship(ctx context.Context, subject, node string, changes []byte, at
 	ack, err := l.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(at.Seq), jetstream.WithExpectStream(Stream), jetstream.WithMsgID(id))
 	if err != nil {
 		if isWrongLast(err) {
-			return at, fmt.Errorf("%w (%s moved past stream sequence %d)", ErrFenced, subject, at.Seq)
+			return at, 0, fmt.Errorf("%w (%s moved past stream sequence %d)", ErrFenced, subject, at.Seq)
 		}
-		return at, fmt.Errorf("%w: ship change set: %v", abi.ErrUnavailable, err)
+		return at, 0, fmt.Errorf("%w: %s: %v", abi.ErrUnavailable, what, err)
 	}
 	next.Seq = ack.Sequence
-	l.stats.shipped.Add(1)
-	l.stats.raw.Add(int64(len(changes)))
-	l.stats.wire.Add(int64(len(m.Data)))
-	return next, nil
+	return next, len(m.Data), nil
 }
 
 // Shipper returns a store.Shipper shipping node's changes to subject, each
@@ -304,31 +321,7 @@ func (l *Log) Next(ctx context.Context, subject string, at store.Position) (c Ch
 
 // Apply applies one change set to f in a transaction of its own, with its
 // position, and counts it.
-func (l *Log) Apply(f *store.File, c Change) error {
-	if err := Apply(f, c); err != nil {
-		return err
-	}
-	l.stats.applied.Add(1)
-	return nil
-}
-
-// Apply applies one change set to f in a transaction of its own, with its
-// position.
-func Apply(f *store.File, c Change) error {
-	tx, err := f.Begin()
-	if err != nil {
-		return err
-	}
-	if err := tx.Apply(c.Changes); err != nil {
-		tx.Rollback()
-		return fmt.Errorf("%w: change %d: %v", ErrDiverged, c.At.Applied, err)
-	}
-	if err := tx.SetPosition(c.At); err != nil {
-		tx.Rollback()
-		return err
-	}
-	return tx.Commit()
-}
+func (l *Log) Apply(f *store.File, c Change) error { return l.applyBatch(f, []Change{c}) }
 
 // CatchUp applies to f every change set of subject after f's position, to
 // the stream's end, and returns the position reached. A copy that does not
@@ -337,10 +330,7 @@ func Apply(f *store.File, c Change) error {
 // way behind is read in batches through a consumer of its own and applied
 // a batch per transaction.
 func (l *Log) CatchUp(ctx context.Context, subject string, f *store.File) (store.Position, int, error) {
-	at, err := f.Position()
-	if err != nil {
-		return at, 0, err
-	}
+	at := f.Position()
 	tail, err := l.Last(ctx, subject)
 	if err != nil || tail.Seq <= at.Seq {
 		return at, 0, err
@@ -425,8 +415,18 @@ func (l *Log) catchUpBatches(ctx context.Context, subject string, f *store.File,
 }
 
 // applyBatch applies change sets in one transaction, with the last one's
-// position.
+// position, and counts them.
 func (l *Log) applyBatch(f *store.File, cs []Change) error {
+	if err := commitChanges(f, cs); err != nil {
+		return err
+	}
+	l.stats.applied.Add(int64(len(cs)))
+	return nil
+}
+
+// commitChanges applies change sets to f in one transaction that records
+// the last one's position.
+func commitChanges(f *store.File, cs []Change) error {
 	if len(cs) == 0 {
 		return nil
 	}
@@ -444,38 +444,21 @@ func (l *Log) applyBatch(f *store.File, cs []Change) error {
 		tx.Rollback()
 		return err
 	}
-	if err := tx.Commit(); err != nil {
-		return err
-	}
-	l.stats.applied.Add(int64(len(cs)))
-	return nil
+	return tx.Commit()
 }
 
-// Mark publishes a takeover mark on subject for a file at at (caught up to
-// the stream's end): from then on the old home's publishes are refused. It
+// Mark publishes a takeover mark on subject for a file caught up to the
+// stream's end: from then on the old home's publishes are refused. It
 // fails with ErrFenced if the stream moved meanwhile (catch up again).
 func (l *Log) Mark(ctx context.Context, subject, node string, f *store.File) (store.Position, error) {
-	at, err := f.Position()
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	at := f.Position()
+	next, _, err := l.publish(ctx, subject, node, nil, at, true)
 	if err != nil {
 		return at, err
 	}
-	next := store.Position{Applied: at.Applied + 1, Sum: Chain(at.Sum, nil)}
-	m := nats.NewMsg(subject)
-	m.Header.Set(hdrApplied, strconv.FormatUint(next.Applied, 10))
-	m.Header.Set(hdrSum, strconv.FormatUint(next.Sum, 16))
-	m.Header.Set(hdrMark, "takeover")
-	ctx, cancel := context.WithTimeout(ctx, l.timeout)
-	defer cancel()
-	m.Header.Set(hdrNode, node)
-	ack, err := l.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(at.Seq), jetstream.WithExpectStream(Stream))
-	if err != nil {
-		if isWrongLast(err) {
-			return at, fmt.Errorf("%w: %s moved on during takeover", ErrFenced, subject)
-		}
-		return at, fmt.Errorf("%w: takeover mark: %v", abi.ErrUnavailable, err)
-	}
-	next.Seq = ack.Sequence
-	if err := Apply(f, Change{At: next}); err != nil {
+	if err := commitChanges(f, []Change{{At: next}}); err != nil {
 		return at, err
 	}
 	return next, nil

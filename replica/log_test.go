@@ -121,7 +121,7 @@ func TestShipAndCatchUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hp, _ := home.Position()
+	hp := home.Position()
 	if n != 50 || at != hp {
 		t.Fatalf("caught up %d change sets to %+v, want 50 to the home's %+v", n, at, hp)
 	}

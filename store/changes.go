@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/crc64"
 	"strings"
+	"time"
 
 	"github.com/durable-host/host/abi"
 )
@@ -72,10 +73,9 @@ var (
 // file ships its change set through s before it commits. nil turns it off.
 func (f *File) SetShipper(s Shipper) { f.ship = s }
 
-// Position returns the file's position on its change stream.
-func (f *File) Position() (Position, error) {
-	return f.pos, nil
-}
+// Position returns the file's position on its change stream, as of its
+// last commit.
+func (f *File) Position() Position { return f.pos }
 
 // readPosition reads the position from the file.
 func (f *File) readPosition() (Position, error) {
@@ -128,7 +128,7 @@ func (t *Tx) SetPosition(p Position) error {
 // or nothing changed). The slice is the transaction's own.
 func (t *Tx) Changes() []byte { return t.ops }
 
-func (t *Tx) capturing() bool { return t.f.ship != nil || t.f.captureAll }
+func (t *Tx) capturing() bool { return !t.applying && (t.f.ship != nil || t.f.captureAll) }
 
 func (t *Tx) rec(op byte, fields ...any) {
 	if !t.capturing() {
@@ -210,76 +210,101 @@ func (d *decoder) str() string { return string(d.bytes()) }
 // Apply applies a change set made by the home at this file's position. The
 // caller records the new position with SetPosition in the same
 // transaction. A change set that does not decode wraps ErrBadChanges.
+//
+// Each operation runs through the Tx method that recorded it, so its SQL
+// is written once; only an append and an added edge take the seq and id
+// the home recorded instead of computing them.
 func (t *Tx) Apply(changes []byte) error {
-	d := &decoder{b: changes}
-	exec := func(q string, args ...any) error {
-		if d.err != nil {
-			return d.err
-		}
-		_, err := t.f.conn.ExecContext(bg, q, args...)
-		return err
-	}
+	t.applying = true
+	defer func() { t.applying = false }()
 	t.dropEdges = true
+	d := &decoder{b: changes}
 	for len(d.b) > 0 && d.err == nil {
 		op := d.b[0]
 		d.b = d.b[1:]
-		var err error
-		switch op {
-		case opPut:
-			k, v := d.bytes(), d.bytes()
-			if v == nil {
-				v = []byte{}
+		if err := t.applyOp(op, d); err != nil {
+			if d.err != nil {
+				return d.err
 			}
-			err = exec(`INSERT INTO state (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`, k, v)
-		case opDelete:
-			err = exec(`DELETE FROM state WHERE key = ?`, d.bytes())
-		case opAppend:
-			seq, topic, payload, at := d.uint(), d.str(), d.bytes(), d.int()
-			if payload == nil {
-				payload = []byte{}
-			}
-			err = exec(`INSERT INTO log (seq, topic, payload, time) VALUES (?, ?, ?, ?)`, int64(seq), topic, payload, at)
-		case opAddEdge:
-			id, kind, follower, node, topic, filter, cursor, created := d.int(), d.int(), d.str(), d.str(), d.str(), d.str(), d.uint(), d.int()
-			err = exec(`INSERT INTO edges (id, kind, follower, node, topic, filter, cursor, created)
-				VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-				ON CONFLICT (kind, follower, topic) DO UPDATE SET node = excluded.node, filter = excluded.filter`,
-				id, kind, follower, node, topic, filter, int64(cursor), created)
-		case opRemoveEdge:
-			err = exec(`DELETE FROM edges WHERE kind = ? AND follower = ? AND topic = ?`, d.int(), d.str(), d.str())
-		case opRemoveEdgeID:
-			err = exec(`DELETE FROM edges WHERE id = ?`, d.int())
-		case opRemoveFollow:
-			err = exec(`DELETE FROM edges WHERE kind = ? AND follower = ?`, d.int(), d.str())
-		case opConnFloor:
-			err = exec(`INSERT INTO conn_floor (one, cursor) VALUES (1, ?) ON CONFLICT (one) DO UPDATE SET cursor = MAX(cursor, excluded.cursor)`, int64(d.uint()))
-		case opDueNow:
-			err = exec(`UPDATE edges SET next_due = 0 WHERE kind = ? AND follower = ? AND unplaced > 0`, int(abi.FollowerObject), d.str())
-		case opAdvanceEdge:
-			id, cursor, attempts, unplaced, due, node := d.int(), d.uint(), d.int(), d.int(), d.int(), d.str()
-			var nodeArg any
-			if node != "" {
-				nodeArg = node
-			}
-			err = exec(`UPDATE edges SET cursor = MAX(cursor, ?), attempts = ?, unplaced = ?, next_due = ?, node = COALESCE(?, node) WHERE id = ?`,
-				int64(cursor), attempts, unplaced, due, nodeArg, id)
-		case opSetCursor:
-			err = exec(`INSERT INTO cursors (publisher, topic, seq) VALUES (?, ?, ?) ON CONFLICT (publisher, topic) DO UPDATE SET seq = excluded.seq`,
-				d.str(), d.str(), int64(d.uint()))
-		default:
-			return fmt.Errorf("%w: unknown operation %d (written by a newer binary?)", ErrBadChanges, op)
-		}
-		if d.err != nil {
-			return d.err
-		}
-		if err != nil {
-			if IsFull(err) {
+			if IsFull(err) || errors.Is(err, ErrBadChanges) {
 				return err
 			}
 			return fmt.Errorf("%w: operation %d: %v", ErrBadChanges, op, err)
 		}
 	}
 	return d.err
+}
+
+// applyOp decodes one operation's fields and runs it. A field that does
+// not decode leaves d.err set, and nothing runs.
+func (t *Tx) applyOp(op byte, d *decoder) error {
+	ok := func() bool { return d.err == nil }
+	var err error
+	switch op {
+	case opPut:
+		if k, v := d.bytes(), d.bytes(); ok() {
+			err = t.Put(k, v)
+		}
+	case opDelete:
+		if k := d.bytes(); ok() {
+			err = t.Delete(k)
+		}
+	case opAppend:
+		seq, topic, payload, at := d.uint(), d.str(), d.bytes(), d.int()
+		if ok() {
+			if payload == nil {
+				payload = []byte{}
+			}
+			_, err = t.f.conn.ExecContext(bg, `INSERT INTO log (seq, topic, payload, time) VALUES (?, ?, ?, ?)`, int64(seq), topic, payload, at)
+		}
+	case opAddEdge:
+		id, kind, follower, node, topic, filter, cursor, created := d.int(), d.int(), d.str(), d.str(), d.str(), d.str(), d.uint(), d.int()
+		if ok() {
+			_, err = t.f.conn.ExecContext(bg, `INSERT INTO edges (id, kind, follower, node, topic, filter, cursor, created)
+				VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+				ON CONFLICT (kind, follower, topic) DO UPDATE SET node = excluded.node, filter = excluded.filter`,
+				id, kind, follower, node, topic, filter, int64(cursor), created)
+		}
+	case opRemoveEdge:
+		if kind, follower, topic := d.int(), d.str(), d.str(); ok() {
+			_, err = t.RemoveEdge(abi.FollowerKind(kind), follower, topic)
+		}
+	case opRemoveEdgeID:
+		if id := d.int(); ok() {
+			_, err = t.RemoveEdgeID(id)
+		}
+	case opRemoveFollow:
+		if kind, follower := d.int(), d.str(); ok() {
+			_, err = t.RemoveFollower(abi.FollowerKind(kind), follower)
+		}
+	case opConnFloor:
+		if seq := d.uint(); ok() {
+			err = t.AdvanceConnections(seq)
+		}
+	case opDueNow:
+		if follower := d.str(); ok() {
+			_, err = t.DueNow(follower)
+		}
+	case opAdvanceEdge:
+		id, cursor, attempts, unplaced, due, node := d.int(), d.uint(), d.int(), d.int(), d.int(), d.str()
+		if ok() {
+			var next time.Time
+			if due != 0 {
+				next = time.Unix(0, due)
+			}
+			err = t.AdvanceEdge(id, cursor, int(attempts), int(unplaced), next, node)
+		}
+	case opSetCursor:
+		if publisher, topic, seq := d.str(), d.str(), d.uint(); ok() {
+			err = t.SetCursor(publisher, topic, seq)
+		}
+	default:
+		return fmt.Errorf("%w: unknown operation %d (written by a newer binary?)", ErrBadChanges, op)
+	}
+	if d.err != nil {
+		return d.err
+	}
+	return err
 }
 
 // CaptureAll records change sets without a Shipper (tests and tools that

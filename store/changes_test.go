@@ -190,13 +190,13 @@ func TestShipBeforeCommit(t *testing.T) {
 		}
 		return err
 	})
-	want, _ := f.Position()
+	want := f.Position()
 	if want.Applied != 1 || want.Seq != 10 {
 		t.Fatalf("position %+v after one shipped change set", want)
 	}
 	f.Close()
 	g := open(t, path)
-	if got, _ := g.Position(); got != want {
+	if got := g.Position(); got != want {
 		t.Fatalf("position after reopen %+v, want %+v", got, want)
 	}
 }

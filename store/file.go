@@ -152,6 +152,9 @@ type Tx struct {
 	// position SetPosition wrote, the file's once committed.
 	ops []byte
 	pos *Position
+	// applying is set while Apply runs another file's change set: the
+	// writes it makes are not this file's own to record.
+	applying bool
 }
 
 // Begin starts a write transaction. SQLite calls use a background context:
