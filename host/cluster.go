@@ -3,10 +3,8 @@ package host
 import (
 	"context"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -79,25 +77,9 @@ func (n *Node) newCluster(js jetstream.JetStream, replicas int, takeover bool) (
 
 // localObjects lists the objects whose file is in this data directory.
 func (n *Node) localObjects() []cluster.Object {
-	root := filepath.Join(n.cfg.DataDir, "objects")
-	progs, err := os.ReadDir(root)
-	if err != nil {
-		return nil
-	}
 	var out []cluster.Object
-	for _, p := range progs {
-		files, _ := os.ReadDir(filepath.Join(root, p.Name()))
-		for _, f := range files {
-			name, ok := strings.CutSuffix(f.Name(), ".db")
-			if !ok {
-				continue
-			}
-			id := ObjectID{p.Name(), name}
-			if id.Validate() != nil {
-				continue
-			}
-			out = append(out, cluster.Object(id))
-		}
+	for _, id := range objectFiles(filepath.Join(n.cfg.DataDir, "objects")) {
+		out = append(out, cluster.Object(id))
 	}
 	return out
 }

@@ -480,6 +480,24 @@ func (n *Node) objectExists(id ObjectID) bool {
 
 func (n *Node) objectPath(id ObjectID) string { return objectFile(n.cfg.DataDir, id) }
 
+// objectFiles lists the objects whose files are under root, laid out as
+// root/PROGRAM/ID.db (a node's objects, or the copies it keeps).
+func objectFiles(root string) []ObjectID {
+	var out []ObjectID
+	progs, _ := os.ReadDir(root)
+	for _, p := range progs {
+		files, _ := os.ReadDir(filepath.Join(root, p.Name()))
+		for _, f := range files {
+			if name, ok := strings.CutSuffix(f.Name(), ".db"); ok {
+				if id := (ObjectID{p.Name(), name}); id.Validate() == nil {
+					out = append(out, id)
+				}
+			}
+		}
+	}
+	return out
+}
+
 // objectFile is where id's file lives in the data directory dataDir.
 func objectFile(dataDir string, id ObjectID) string {
 	return filepath.Join(dataDir, "objects", id.Program, id.ID+".db")

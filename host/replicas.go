@@ -180,9 +180,17 @@ func (r *replicas) shipper(id ObjectID) store.Shipper {
 // setAside renames a diverged file (and its WAL) out of the way, kept for
 // inspection.
 func setAside(path string) error {
-	suffix := ".diverged-" + time.Now().UTC().Format("20060102T150405")
-	for _, ext := range []string{"", "-wal", "-shm"} {
-		if err := os.Rename(path+ext, path+suffix+ext); err != nil && !errors.Is(err, os.ErrNotExist) {
+	return moveFile(path, path+".diverged-"+time.Now().UTC().Format("20060102T150405"))
+}
+
+// sqliteFiles are the suffixes of an SQLite file's parts in WAL mode.
+var sqliteFiles = []string{"", "-wal", "-shm"}
+
+// moveFile renames an SQLite file with its WAL and shared memory, the parts
+// that exist.
+func moveFile(from, to string) error {
+	for _, ext := range sqliteFiles {
+		if err := os.Rename(from+ext, to+ext); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
 	}
@@ -208,10 +216,8 @@ func (r *replicas) adoptCopy(id ObjectID, path string) error {
 			return err
 		}
 	}
-	for _, ext := range []string{"", "-wal", "-shm"} {
-		if err := os.Rename(cp+ext, path+ext); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("adopt the copy of %s: %w", id, err)
-		}
+	if err := moveFile(cp, path); err != nil {
+		return fmt.Errorf("adopt the copy of %s: %w", id, err)
 	}
 	return nil
 }
@@ -394,33 +400,24 @@ func (r *replicas) closeCopy(id ObjectID) {
 	}
 }
 
-// drop removes a copy this node no longer keeps.
+// drop removes a copy this node no longer keeps. The consumer calls it for
+// every change set of an object it does not copy, so having none costs a
+// stat and no lock.
 func (r *replicas) drop(id ObjectID) {
+	p := r.copyPath(id)
+	if _, err := os.Stat(p); err != nil {
+		return
+	}
 	r.copyMu.Lock()
 	defer r.copyMu.Unlock()
 	r.closeCopy(id)
-	p := r.copyPath(id)
-	for _, ext := range []string{"", "-wal", "-shm"} {
+	for _, ext := range sqliteFiles {
 		os.Remove(p + ext)
 	}
 }
 
 // copyIDs lists the objects this node keeps a copy of.
-func (r *replicas) copyIDs() []ObjectID {
-	var out []ObjectID
-	progs, _ := os.ReadDir(r.dir)
-	for _, p := range progs {
-		files, _ := os.ReadDir(filepath.Join(r.dir, p.Name()))
-		for _, f := range files {
-			if name, ok := strings.CutSuffix(f.Name(), ".db"); ok {
-				if id := (ObjectID{p.Name(), name}); id.Validate() == nil {
-					out = append(out, id)
-				}
-			}
-		}
-	}
-	return out
-}
+func (r *replicas) copyIDs() []ObjectID { return objectFiles(r.dir) }
 
 // CopyInfo is one node's copy of an object, for `host replicas`.
 type CopyInfo struct {
