@@ -333,9 +333,12 @@ func (w *writers) checkByIdentity(t *testing.T, history []string) {
 // answers again within the lease TTL plus 10 s; at the end every
 // acknowledged post is there by identity, none twice, and the tally that
 // follows the room (killed with it the first time: both are homed on
-// node 0) counted each committed post exactly once with no failed attempt.
+// node 0) counted each committed post exactly once with no failed attempt,
+// and a stream subscriber that resumes from its last seq through another
+// node whenever its stream ends received every post, with no gap and no
+// reorder.
 //
-// conformance: D16 D17 D20
+// conformance: D16 D17 D20 S10
 func TestTakeoverAfterKill9(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
@@ -355,6 +358,7 @@ func TestTakeoverAfterKill9(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := rc.write(4)
+	sub := rc.follow(w, 2)
 	for round := range 3 {
 		w.waitAcked(t, int64(60*(round+1)))
 		victim := rc.home("chat/room1", (round+1)%3)
@@ -380,6 +384,7 @@ func TestTakeoverAfterKill9(t *testing.T) {
 	w.halt(t)
 	history := rc.history(t, 1)
 	w.checkByIdentity(t, history)
+	sub.check(t, history)
 
 	// The tally counted each committed post exactly once.
 	var counts struct {
@@ -499,4 +504,99 @@ func TestPausedHomeIsFenced(t *testing.T) {
 		t.Fatal("the old home's file has no posts: the test checked nothing")
 	}
 	t.Logf("the old home's file holds %d posts, a prefix of the room's %d", n, len(history))
+}
+
+// follower is a stream subscriber that reads chat/room1's messages through
+// one node at a time, never the one that is down, and resumes from the
+// last seq it received (the checkpoint a consumer keeps) each time its
+// stream ends or fails.
+type follower struct {
+	mu      sync.Mutex
+	authors []string
+	bad     error // a gap or a reorder
+	resumes int
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+func (rc *replicaCluster) follow(w *writers, via int) *follower {
+	f := &follower{stop: make(chan struct{}), done: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-f.stop
+		cancel()
+	}()
+	go func() {
+		defer close(f.done)
+		for node := via; ctx.Err() == nil; node = (node + 1) % 3 {
+			if _, down := w.down.Load(node); down {
+				continue
+			}
+			f.mu.Lock()
+			after := uint64(len(f.authors))
+			f.mu.Unlock()
+			rc.cs[node].Subscribe(ctx, "chat/room1", hclient.SubscribeOptions{Topic: "messages", After: &after}, func(data []byte) bool {
+				var ev struct {
+					Seq     int `json:"seq"`
+					Payload struct{ Author string }
+				}
+				f.mu.Lock()
+				defer f.mu.Unlock()
+				if err := json.Unmarshal(data, &ev); err != nil {
+					f.bad = fmt.Errorf("stream event %q: %v", data, err)
+					return false
+				}
+				if ev.Seq != len(f.authors)+1 {
+					f.bad = fmt.Errorf("stream event seq %d after %d events through node %d: a gap or a reorder", ev.Seq, len(f.authors), node)
+					return false
+				}
+				f.authors = append(f.authors, ev.Payload.Author)
+				return true
+			})
+			f.mu.Lock()
+			f.resumes++
+			bad := f.bad
+			f.mu.Unlock()
+			if bad != nil {
+				return
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}()
+	return f
+}
+
+// check waits for the follower to have received the whole history, then
+// compares it post for post.
+func (f *follower) check(t *testing.T, history []string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		f.mu.Lock()
+		n, bad := len(f.authors), f.bad
+		f.mu.Unlock()
+		if bad != nil {
+			t.Fatal(bad)
+		}
+		if n >= len(history) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the stream subscriber received %d of %d posts", n, len(history))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(f.stop)
+	<-f.done
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i, a := range history {
+		if f.authors[i] != a {
+			t.Fatalf("the stream subscriber's post %d is %s, the room's is %s", i+1, f.authors[i], a)
+		}
+	}
+	t.Logf("the stream subscriber received all %d posts in order, resuming %d times", len(history), f.resumes-1)
 }
