@@ -193,10 +193,7 @@ func (c *Cluster) Open(ctx context.Context) error {
 	js, replicas := c.cfg.JetStream, c.cfg.Replicas
 	err := RetryJS(ctx, c.log, "node leases and object directory", func(ctx context.Context) error {
 		var err error
-		c.nodes, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket: NodesBucket, TTL: c.ttl, LimitMarkerTTL: c.ttl, Replicas: replicas, Storage: jetstream.MemoryStorage,
-			Description: "node leases: a key per live node, renewed by heartbeats",
-		})
+		c.nodes, err = c.openLeases(ctx, js, replicas)
 		if err != nil {
 			return err
 		}
@@ -210,6 +207,44 @@ func (c *Cluster) Open(ctx context.Context) error {
 		return fmt.Errorf("cluster storage (JetStream KV): %w", err)
 	}
 	return nil
+}
+
+// openLeases creates (or updates) the node leases' bucket. Leases are
+// kept on file: a NATS server that restarts comes back with the bucket's
+// raft log and catches up from where it stopped, where an in-memory copy
+// came back empty and needed a full snapshot from the leader before the
+// bucket had three current members again; a second failure in that window
+// took the quorum (and with it every node's lease). A bucket made in
+// memory by an older binary keeps its storage (JetStream cannot change a
+// stream's storage in place, and recreating it would drop the live
+// leases): it is used as it is, with a warning.
+func (c *Cluster) openLeases(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.KeyValue, error) {
+	cfg := jetstream.KeyValueConfig{
+		Bucket: NodesBucket, TTL: c.ttl, LimitMarkerTTL: c.ttl, Replicas: replicas, Storage: jetstream.FileStorage,
+		Description: "node leases: a key per live node, renewed by heartbeats",
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, cfg)
+	if err == nil {
+		return kv, nil
+	}
+	old, oerr := js.KeyValue(ctx, NodesBucket)
+	if oerr != nil {
+		return nil, err
+	}
+	st, serr := old.Status(ctx)
+	if serr != nil {
+		return nil, err
+	}
+	info, ok := st.(*jetstream.KeyValueBucketStatus)
+	if !ok || info.StreamInfo().Config.Storage != jetstream.MemoryStorage {
+		return nil, err
+	}
+	cfg.Storage = jetstream.MemoryStorage
+	if kv, err = js.CreateOrUpdateKeyValue(ctx, cfg); err != nil {
+		return nil, err
+	}
+	c.log.Warn("the node leases' bucket was made in memory by an earlier version and stays there; a restarted NATS server catches up more slowly from memory", "bucket", NodesBucket)
+	return kv, nil
 }
 
 // Start joins the cluster under this node's fresh id and keeps its lease

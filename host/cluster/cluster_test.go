@@ -409,3 +409,73 @@ func TestRenewalThatLandedUnheardKeepsTheLease(t *testing.T) {
 		t.Fatal("a deleted lease was not declared lost")
 	}
 }
+
+// TestLeasesAreKeptOnFile: a NATS server that restarts comes back with the
+// live nodes' leases (the bucket is on file), so it rejoins the bucket's
+// raft group current instead of empty.
+func TestLeasesAreKeptOnFile(t *testing.T) {
+	store := t.TempDir()
+	start := func() *server.Server {
+		srv, err := server.NewServer(&server.Options{
+			ServerName: "lease-file", JetStream: true, StoreDir: store,
+			DontListen: true, NoSigs: true, NoLog: true,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go srv.Start()
+		if !srv.ReadyForConnections(10 * time.Second) {
+			t.Fatal("nats server did not start")
+		}
+		return srv
+	}
+	srv := start()
+	m := join(t, srv, openDB(t, t.TempDir()), nil)
+	ctx := context.Background()
+	st, err := m.nodes.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config.Storage; got != jetstream.FileStorage {
+		t.Fatalf("lease bucket storage %v, want file", got)
+	}
+	m.pause(true) // no renewals while the server is away
+	srv.Shutdown()
+	srv.WaitForShutdown()
+
+	srv = start()
+	t.Cleanup(func() {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+	})
+	kv, err := connect(t, srv).KeyValue(ctx, NodesBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Get(ctx, "n."+m.Self()); err != nil {
+		t.Fatalf("the live node's lease after the server restarted: %v", err)
+	}
+}
+
+// TestLeasesMadeInMemoryStayUsable: a lease bucket an earlier version made
+// in memory is used as it is (its storage cannot change in place, and
+// recreating it would drop the live leases).
+func TestLeasesMadeInMemoryStayUsable(t *testing.T) {
+	srv := runJetStream(t)
+	ctx := context.Background()
+	if _, err := connect(t, srv).CreateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: NodesBucket, TTL: testTTL, LimitMarkerTTL: testTTL, Storage: jetstream.MemoryStorage,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	a := join(t, srv, openDB(t, t.TempDir()), nil)
+	b := join(t, srv, openDB(t, t.TempDir()), nil)
+	waitFor(t, "each node hears the other", func() bool { return a.heard(b.Self()) && b.heard(a.Self()) })
+	st, err := a.nodes.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config.Storage; got != jetstream.MemoryStorage {
+		t.Fatalf("lease bucket storage %v, want memory as it was made", got)
+	}
+}
