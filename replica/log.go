@@ -92,6 +92,7 @@ type Log struct {
 	timeout time.Duration
 	js      jetstream.JetStream
 	stream  jetstream.Stream
+	snaps   jetstream.ObjectStore
 	max     int
 	enc     *zstd.Encoder
 	dec     *zstd.Decoder
@@ -103,13 +104,15 @@ type Stats struct {
 	RawBytes     int64 // their size before compression
 	ShippedBytes int64 // their size on the wire (message bodies)
 	Applied      int64 // change sets applied to a file here (copies, catch-ups)
+	Snapshots    int64 // snapshots stored
+	Restores     int64 // files restored from a snapshot
 }
 
-type stats struct{ shipped, raw, wire, applied atomic.Int64 }
+type stats struct{ shipped, raw, wire, applied, snapshots, restores atomic.Int64 }
 
 // Stats returns the counts so far.
 func (l *Log) Stats() Stats {
-	return Stats{l.stats.shipped.Load(), l.stats.raw.Load(), l.stats.wire.Load(), l.stats.applied.Load()}
+	return Stats{l.stats.shipped.Load(), l.stats.raw.Load(), l.stats.wire.Load(), l.stats.applied.Load(), l.stats.snapshots.Load(), l.stats.restores.Load()}
 }
 
 // Open creates (or finds) the change stream.
@@ -132,7 +135,11 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 	if err != nil {
 		return nil, fmt.Errorf("change stream: %w", err)
 	}
-	l := &Log{js: cfg.JetStream, stream: st, max: cfg.MaxPayload, enc: enc, dec: dec, timeout: cfg.Timeout}
+	snaps, err := openSnapshots(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	l := &Log{js: cfg.JetStream, stream: st, snaps: snaps, max: cfg.MaxPayload, enc: enc, dec: dec, timeout: cfg.Timeout}
 	if l.timeout <= 0 {
 		l.timeout = DefaultTimeout
 	}
@@ -326,10 +333,19 @@ func (l *Log) Apply(f *store.File, c Change) error { return l.applyBatch(f, []Ch
 // CatchUp applies to f every change set of subject after f's position, to
 // the stream's end, and returns the position reached. A copy that does not
 // continue the stream fails with ErrDiverged and is left as it was at the
-// last change that did. A few change sets are read one by one; a longer
+// last change that did; one whose next change sets were purged after a
+// snapshot fails with ErrBehindSnapshot. A few change sets are read one by one; a longer
 // way behind is read in batches through a consumer of its own and applied
 // a batch per transaction.
 func (l *Log) CatchUp(ctx context.Context, subject string, f *store.File) (store.Position, int, error) {
+	at, n, err := l.catchUp(ctx, subject, f)
+	if errors.Is(err, ErrDiverged) && l.behind(ctx, subject, at) {
+		err = fmt.Errorf("%w (at change %d): %v", ErrBehindSnapshot, at.Applied, err)
+	}
+	return at, n, err
+}
+
+func (l *Log) catchUp(ctx context.Context, subject string, f *store.File) (store.Position, int, error) {
 	at := f.Position()
 	tail, err := l.Last(ctx, subject)
 	if err != nil || tail.Seq <= at.Seq {
