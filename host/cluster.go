@@ -111,7 +111,7 @@ func (n *Node) newReplicas(ctx context.Context, js jetstream.JetStream, streamRe
 	}
 	n.metrics.replicaCounters(log.Stats)
 	return &replicas{
-		log: log, self: n.id, copies: copies, dir: filepath.Join(n.cfg.DataDir, "replicas"),
+		log: log, self: n.id, copies: copies, dir: filepath.Join(n.cfg.DataDir, "replicas"), snapEvery: n.cfg.SnapshotEvery,
 		cl: n.cluster, fenced: n.fenced, logger: n.log,
 		// The registry is made once the buckets are open, after this.
 		active: func(id ObjectID) bool { return n.objects.isActive(id) },

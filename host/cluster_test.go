@@ -499,3 +499,71 @@ func TestD22_ReadPathShippedReplica(t *testing.T) {
 		t.Fatalf("a range past the stream's end: %v, want ErrNoLog", err)
 	}
 }
+
+// Snapshots bound the change stream: with a snapshot every 10 change
+// sets, the home purges its stream as it goes, and a copy made after the
+// purge (its first copy's node left, so another node keeps one from then
+// on) restores the snapshot and catches up to the home's position; the
+// read path's last tier reads through the snapshot too.
+//
+// conformance: D22
+func TestCopyMadeAfterAPurgeRestoresTheSnapshot(t *testing.T) {
+	t.Parallel()
+	nodes, _ := hosttest.Cluster(t, 3, hosttest.Options{Programs: clusterPrograms, Configure: func(c *host.Config) {
+		c.Replicas, c.SnapshotEvery = 1, 10
+	}})
+	ctx := context.Background()
+	a := &hclient.Client{Base: nodes[0].URL()}
+	for i := range 35 {
+		dcall(t, a, "chat/room1", "post", fmt.Sprintf(`{"author":"a%d","text":"x"}`, i)) // home on node 0
+	}
+	waitUntil(t, "a snapshot stored", 20*time.Second, func() bool { return metric(t, a, "host_replica_snapshots_total") >= 1 })
+	var rep host.ReplicaReport
+	waitUntil(t, "the room has its copy", 20*time.Second, func() bool {
+		rep = host.ReplicaReport{}
+		return a.Replicas(ctx, "chat/room1", &rep) == nil && len(rep.Copies) == 2
+	})
+	var gone, next *host.Node
+	for _, n := range nodes[1:] {
+		if n.ID() == rep.Copies[1].Node {
+			gone = n
+		} else {
+			next = n
+		}
+	}
+	if gone == nil || next == nil {
+		t.Fatalf("copies %+v", rep.Copies)
+	}
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	gone.Shutdown(sctx)
+	cancel()
+	waitUntil(t, "the copy's node gone from the cluster", 30*time.Second, func() bool {
+		var v struct{ Nodes []struct{ ID string } }
+		a.Get(ctx, "/v1/cluster", &v)
+		return len(v.Nodes) == 2
+	})
+	// The next post's change set reaches the node that keeps the copy
+	// now: it has none, and the stream starts after the snapshot.
+	for i := range 3 {
+		dcall(t, a, "chat/room1", "post", fmt.Sprintf(`{"author":"b%d","text":"x"}`, i))
+	}
+	c := &hclient.Client{Base: next.URL()}
+	waitUntil(t, "the new copy restored the snapshot", 20*time.Second, func() bool { return metric(t, c, "host_replica_restores_total") >= 1 })
+	waitUntil(t, "the new copy at the home's position", 20*time.Second, func() bool {
+		rep = host.ReplicaReport{}
+		if a.Replicas(ctx, "chat/room1", &rep) != nil || len(rep.Copies) != 2 {
+			return false
+		}
+		return rep.Copies[1].Node == next.ID() && rep.Copies[1].Position == rep.Copies[0].Position
+	})
+
+	// The shipped replica's read of the room's whole log goes through the
+	// snapshot: posts from before the purge are there.
+	evs, err := host.ReadShipped(ctx, nodes[0], host.ObjectID{Program: "chat", ID: "room1"}, 0, 38)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 38 || !strings.Contains(string(evs[0].Payload), `"a0"`) {
+		t.Fatalf("the shipped read gave %d events (first %q), want all 38 from a0", len(evs), evs[0].Payload)
+	}
+}

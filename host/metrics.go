@@ -83,7 +83,6 @@ func newMetrics() *metrics {
 	return m
 }
 
-// engineCounters exposes the engine's compiles and compiled modules.
 // replicaCounters exposes what replication shipped and applied.
 func (m *metrics) replicaCounters(stats func() replica.Stats) {
 	m.reg.MustRegister(
@@ -95,9 +94,14 @@ func (m *metrics) replicaCounters(stats func() replica.Stats) {
 			func() float64 { return float64(stats().ShippedBytes) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "host_replica_applied_total", Help: "Change sets applied here to copies and catching-up files."},
 			func() float64 { return float64(stats().Applied) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "host_replica_snapshots_total", Help: "Snapshots of object files this node stored (each purges its change stream before it)."},
+			func() float64 { return float64(stats().Snapshots) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "host_replica_restores_total", Help: "Files this node restored from a snapshot (a copy, a taken-over home or a shipped read behind a purge)."},
+			func() float64 { return float64(stats().Restores) }),
 	)
 }
 
+// engineCounters exposes the engine's compiles and compiled modules.
 func (m *metrics) engineCounters(e interface {
 	Compiles() int64
 	Compiled() int

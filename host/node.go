@@ -76,6 +76,10 @@ type Config struct {
 	// ReplicaAck is when a call is answered with copies on: ReplicaSync
 	// (the default) once its changes are in the replicated change stream.
 	ReplicaAck string
+	// SnapshotEvery is how many change sets a home ships between
+	// snapshots of an object's file (which bound its change stream: the
+	// change sets before a snapshot are purged); negative: never.
+	SnapshotEvery int
 	// Auth turns tenancy on: every request needs a token, programs and
 	// objects are namespaced by tenant, and tenant limits apply. The first
 	// start writes the operator token to DATA/admin.token.
@@ -113,6 +117,7 @@ func DefaultConfig() Config {
 		KVReplicas:       1,
 		Replicas:         ReplicasAuto,
 		ReplicaAck:       ReplicaSync,
+		SnapshotEvery:    DefaultSnapshotEvery,
 		TenantLimits:     DefaultTenantLimits(),
 		Logger:           slog.Default(),
 	}

@@ -33,6 +33,11 @@ const (
 	shipTimeout = 10 * time.Second
 	// maxOpenCopies bounds the copy files kept open to apply changes.
 	maxOpenCopies = 64
+	// DefaultSnapshotEvery is how many change sets a home ships between
+	// snapshots of an object's file.
+	DefaultSnapshotEvery = 10000
+	// snapshotTimeout bounds one snapshot (copy, store, purge).
+	snapshotTimeout = 5 * time.Minute
 )
 
 // copiesFor is the default number of copies for a cluster of peers NATS
@@ -60,6 +65,10 @@ type replicas struct {
 	active func(ObjectID) bool
 	fenced func(ObjectID)
 	logger *slog.Logger
+	// snapEvery is how many change sets a home ships between snapshots
+	// (0 or less: none); snaps is each home object's *snapState.
+	snapEvery int
+	snaps     sync.Map
 
 	// mu guards open, the copy files kept open (a handful: each change
 	// set applied reopens an evicted one); it is held for no I/O. The
@@ -104,12 +113,7 @@ func (r *replicas) openHome(ctx context.Context, id ObjectID, path string, sync 
 	}
 	if err := r.catchUpHome(ctx, id, f); err != nil {
 		f.Close()
-		if !errors.Is(err, replica.ErrDiverged) {
-			return nil, err
-		}
-		// Never skip: the file is set aside and made again from the stream.
-		r.logger.Error("object file diverged from its change stream; making it again", slog.String("object", id.String()), slog.Any("err", err))
-		if rerr := setAside(path); rerr != nil {
+		if rerr := r.remake(ctx, id, path, err); rerr != nil {
 			return nil, rerr
 		}
 		if f, err = store.Open(ctx, path, sync); err != nil {
@@ -120,7 +124,7 @@ func (r *replicas) openHome(ctx context.Context, id ObjectID, path string, sync 
 			return nil, err
 		}
 	}
-	f.SetShipper(r.shipper(id))
+	f.SetShipper(r.shipper(id, path))
 	at := f.Position()
 	r.homeAt.Store(id, at.Seq)
 	return f, nil
@@ -160,10 +164,107 @@ func (r *replicas) catchUpHome(ctx context.Context, id ObjectID, f *store.File) 
 	}
 }
 
-func (r *replicas) shipper(id ObjectID) store.Shipper {
+// remake makes a file that could not catch up (err) ready to catch up
+// again: a file behind its stream's snapshot is replaced by the snapshot,
+// and a diverged one is set aside (never skipped) and made again from the
+// snapshot, if any, and the stream. Any other err is returned as is. The
+// file must be closed.
+func (r *replicas) remake(ctx context.Context, id ObjectID, path string, err error) error {
+	switch {
+	case errors.Is(err, replica.ErrBehindSnapshot):
+		r.logger.Info("file behind its change stream's snapshot; restoring the snapshot", slog.String("object", id.String()))
+	case errors.Is(err, replica.ErrDiverged):
+		r.logger.Error("file diverged from its change stream; making it again", slog.String("object", id.String()), slog.Any("err", err))
+		if err := setAside(path); err != nil {
+			return err
+		}
+	default:
+		return err
+	}
+	if _, _, err := r.log.Restore(ctx, subjectOf(id), path); err != nil {
+		return err
+	}
+	return nil
+}
+
+// snapState is a home object's snapshots: the position of the latest and
+// whether one is being made.
+type snapState struct {
+	mu    sync.Mutex
+	known bool   // last was read from the stream
+	last  uint64 // applied count of the latest snapshot (0: none)
+	busy  bool
+}
+
+// shipped starts a snapshot of the home file at path when its position p
+// is snapEvery change sets past the latest snapshot; one at a time per
+// object, off the call's path.
+func (r *replicas) shipped(id ObjectID, path string, p store.Position) {
+	if r.snapEvery <= 0 {
+		return
+	}
+	v, _ := r.snaps.LoadOrStore(id, &snapState{})
+	s := v.(*snapState)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.busy || s.known && p.Applied < s.last+uint64(r.snapEvery) || !s.known && p.Applied < uint64(r.snapEvery) {
+		return
+	}
+	s.busy = true
+	go r.snapshot(id, path, p, s)
+}
+
+func (r *replicas) snapshot(id ObjectID, path string, p store.Position, s *snapState) {
+	ctx, cancel := context.WithTimeout(context.Background(), snapshotTimeout)
+	defer cancel()
+	subj := subjectOf(id)
+	s.mu.Lock()
+	known, last := s.known, s.last
+	s.mu.Unlock()
+	var err error
+	defer func() {
+		s.mu.Lock()
+		s.busy = false
+		s.mu.Unlock()
+		if err != nil {
+			r.logger.Warn("snapshot", slog.String("object", id.String()), slog.Any("err", err))
+		}
+	}()
+	if !known {
+		// The stream's first change set is at the latest snapshot.
+		var first replica.Tail
+		if first, err = r.log.First(ctx, subj); err != nil {
+			return
+		}
+		last = first.Applied
+		if last <= 1 {
+			last = 0
+		}
+		s.mu.Lock()
+		s.known, s.last = true, last
+		s.mu.Unlock()
+		if p.Applied < last+uint64(r.snapEvery) {
+			return
+		}
+	}
+	start := time.Now()
+	at, size, err := r.log.Snapshot(ctx, subj, path, last)
+	if err != nil {
+		return
+	}
+	s.mu.Lock()
+	s.last = max(s.last, at.Applied)
+	s.mu.Unlock()
+	r.logger.Debug("snapshot", slog.String("object", id.String()), slog.Uint64("applied", at.Applied), slog.Int64("bytes", size), slog.Duration("took", time.Since(start)))
+}
+
+func (r *replicas) shipper(id ObjectID, path string) store.Shipper {
 	ship := r.log.Shipper(subjectOf(id), r.self, shipTimeout)
 	return func(changes []byte, at store.Position) (store.Position, error) {
 		p, err := ship(changes, at)
+		if err == nil {
+			r.shipped(id, path, p)
+		}
 		if errors.Is(err, store.ErrFenced) {
 			r.logger.Warn("object fenced: another node took it over; this node's transaction is rolled back", slog.String("object", id.String()))
 		}
@@ -342,17 +443,23 @@ func (r *replicas) apply(ctx context.Context, id ObjectID, seq uint64, m jetstre
 			return err
 		}
 	default:
-		_, _, err := r.log.CatchUp(ctx, subjectOf(id), f)
-		if !errors.Is(err, replica.ErrDiverged) {
+		_, _, err = r.log.CatchUp(ctx, subjectOf(id), f)
+		if !errors.Is(err, replica.ErrDiverged) && !errors.Is(err, replica.ErrBehindSnapshot) {
 			return err
 		}
 	}
-	r.logger.Error("copy diverged from its change stream; making it again", slog.String("object", id.String()))
+	return r.remakeCopy(ctx, id, err)
+}
+
+// remakeCopy makes this node's copy of id again after a catch-up failed
+// with err (see remake), and catches it up. Called with copyMu held.
+func (r *replicas) remakeCopy(ctx context.Context, id ObjectID, err error) error {
 	r.closeCopy(id)
-	if err := setAside(r.copyPath(id)); err != nil {
+	if err := r.remake(ctx, id, r.copyPath(id), err); err != nil {
 		return err
 	}
-	if f, err = r.copyFile(ctx, id); err != nil {
+	f, err := r.copyFile(ctx, id)
+	if err != nil {
 		return err
 	}
 	_, _, err = r.log.CatchUp(ctx, subjectOf(id), f)
@@ -462,6 +569,9 @@ func (r *replicas) readCopy(ctx context.Context, id ObjectID, q store.Query) ([]
 	if ferr == nil {
 		_, _, ferr = r.log.CatchUp(ctx, subjectOf(id), f)
 	}
+	if errors.Is(ferr, replica.ErrBehindSnapshot) || errors.Is(ferr, replica.ErrDiverged) {
+		ferr = r.remakeCopy(ctx, id, ferr)
+	}
 	r.copyMu.Unlock()
 	if ferr != nil {
 		return nil, fmt.Errorf("%w: catching the copy up: %v", store.ErrNoLog, ferr)
@@ -482,7 +592,12 @@ func (r *replicas) readShipped(ctx context.Context, id ObjectID, q store.Query) 
 		return nil, err
 	}
 	defer os.RemoveAll(tmp)
-	f, err := store.Open(ctx, filepath.Join(tmp, "o.db"), store.SyncNormal)
+	// From the snapshot, if the stream was purged after one.
+	path := filepath.Join(tmp, "o.db")
+	if _, _, err := r.log.Restore(ctx, subjectOf(id), path); err != nil {
+		return nil, err
+	}
+	f, err := store.Open(ctx, path, store.SyncNormal)
 	if err != nil {
 		return nil, err
 	}

@@ -110,6 +110,7 @@ func nodeFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "heartbeat", Value: d.Heartbeat, EnvVars: []string{"HOST_HEARTBEAT"}, Usage: "how often a node renews its lease"},
 		&cli.IntFlag{Name: "kv-replicas", Value: d.KVReplicas, EnvVars: []string{"HOST_KV_REPLICAS"}, Usage: "replicas of the cluster's JetStream buckets with --nats-url (the embedded cluster picks 3 from 3 nodes up)"},
 		&cli.IntFlag{Name: "replicas", Value: d.Replicas, EnvVars: []string{"HOST_REPLICAS"}, Usage: "nodes besides an object's home that keep a copy of its file, so a node can die and lose nothing acknowledged (-1: 2 once the cluster has 3 nodes, 0 on fewer)"},
+		&cli.IntFlag{Name: "snapshot-every", Value: d.SnapshotEvery, EnvVars: []string{"HOST_SNAPSHOT_EVERY"}, Usage: "with copies, store a snapshot of an object's file every N change sets it ships and purge its change stream before it (a copy far behind restores the snapshot); negative: never"},
 		&cli.StringFlag{Name: "replica-ack", Value: d.ReplicaAck, EnvVars: []string{"HOST_REPLICA_ACK"}, Usage: "with copies, answer a call once its changes are in the replicated change stream (sync)"},
 		&cli.StringFlag{Name: "fanout", Value: string(d.Delivery.FanOut), EnvVars: []string{"HOST_FANOUT"}, Usage: "how connection events cross nodes: node (one call per node; the product), or the benchmark baselines socket (one send per watcher) and subject (NATS subject per topic)"},
 		&cli.BoolFlag{Name: "auth", EnvVars: []string{"HOST_AUTH"}, Usage: "tenancy: every request needs a token; the first start writes the operator token to DATA/admin.token (see host tenant --help)"},
@@ -140,6 +141,7 @@ func nodeConfig(c *cli.Context, stderr io.Writer) (host.Config, error) {
 	cfg.KVReplicas = c.Int("kv-replicas")
 	cfg.Replicas = c.Int("replicas")
 	cfg.ReplicaAck = c.String("replica-ack")
+	cfg.SnapshotEvery = c.Int("snapshot-every")
 	cfg.Delivery.FanOut = delivery.FanOut(c.String("fanout"))
 	cfg.Auth = c.Bool("auth")
 	if js := c.String("tenant-limits"); js != "" {

@@ -86,7 +86,11 @@ func (rc *replicaCluster) start(i int) {
 		}
 	}
 	rc.servers[i] = startClusterNode(rc.t, rc.bin, rc.data[i], rc.addrs[i], rc.routes[i], peers,
-		"--lease-ttl", rc.ttl.String(), "--heartbeat", "500ms", "--log-level", "info")
+		"--lease-ttl", rc.ttl.String(), "--heartbeat", "500ms", "--log-level", "info",
+		// Snapshots (and the purges after them) happen under the kills
+		// and pauses too: a restarted node's copy, behind the purge,
+		// restores one.
+		"--snapshot-every", "100")
 }
 
 // waitNodes waits until every live node sees n live nodes.
