@@ -2,9 +2,13 @@ package replica_test
 
 import (
 	"fmt"
+	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/durable-host/host/store"
 )
 
 // BenchmarkShip is one committed write (a state put and an event), with
@@ -55,4 +59,78 @@ func BenchmarkCatchUp(b *testing.B) {
 		cp.Close()
 	}
 	b.ReportMetric(float64(n*b.N)/took.Seconds(), "changes/s")
+}
+
+// BenchmarkSnapshot stores a snapshot of a 10 MB and a 100 MB object file
+// (state values of 512 bytes, half random, so they compress about 2:1) and
+// restores it into a new file: the time of each and the size stored.
+func BenchmarkSnapshot(b *testing.B) {
+	for _, mb := range []int{10, 100} {
+		b.Run(fmt.Sprintf("file=%dMB", mb), func(b *testing.B) {
+			l, _ := runLog(b)
+			dir := b.TempDir()
+			path := filepath.Join(dir, "home.db")
+			home := openFile(b, path)
+			subject := fmt.Sprint(subj, mb)
+			home.SetShipper(l.Shipper(subject, "node-a", 30*time.Second))
+			rng := rand.New(rand.NewPCG(1, 2))
+			value := make([]byte, 512)
+			for t := range mb * 20 { // 100 values of 512 bytes per transaction
+				tx, err := home.Begin()
+				if err != nil {
+					b.Fatal(err)
+				}
+				for k := range 100 {
+					for i := range value {
+						if i%2 == 0 {
+							value[i] = byte(rng.Uint32())
+						} else {
+							value[i] = 'x'
+						}
+					}
+					if err := tx.Put(fmt.Appendf(nil, "k%d-%d", t, k), value); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := tx.Commit(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			ctx := b.Context()
+			var size int64
+			var snap, restore time.Duration
+			var stored int64
+			var prev uint64
+			b.ResetTimer()
+			for i := range b.N {
+				// Each round one more change set, so it is a new snapshot.
+				if err := write(home, "round", fmt.Sprint(i)); err != nil {
+					b.Fatal(err)
+				}
+				start := time.Now()
+				at, n, err := l.Snapshot(ctx, subject, path, prev)
+				if err != nil {
+					b.Fatal(err)
+				}
+				snap += time.Since(start)
+				prev, stored = at.Applied, n
+				dst := filepath.Join(dir, fmt.Sprint("restored", i, ".db"))
+				start = time.Now()
+				if _, ok, err := l.Restore(ctx, subject, dst); err != nil || !ok {
+					b.Fatalf("restore: %v %v", ok, err)
+				}
+				restore += time.Since(start)
+				st, err := os.Stat(dst) // the snapshot's file: the home's, vacuumed
+				if err != nil {
+					b.Fatal(err)
+				}
+				size = st.Size()
+				store.RemoveFile(dst)
+			}
+			b.ReportMetric(float64(size)/(1<<20), "snapshot-file-MB")
+			b.ReportMetric(float64(stored)/(1<<20), "stored-MB")
+			b.ReportMetric(snap.Seconds()*1000/float64(b.N), "snapshot-ms")
+			b.ReportMetric(restore.Seconds()*1000/float64(b.N), "restore-ms")
+		})
+	}
 }
