@@ -142,6 +142,67 @@ func (n *Node) takeOver(gone string) {
 	}
 }
 
+// recopy, after node gone left, asks the nodes that keep copies of the
+// objects homed here in its place to make them now: an idle object would
+// otherwise have one copy fewer until its next write. The same runs when a
+// node is stopped gracefully (its lease is deleted, so it is gone at once).
+func (n *Node) recopy(gone string) {
+	ctx := n.bgContext
+	want := map[string][]string{}
+	for _, id := range objectFiles(filepath.Join(n.cfg.DataDir, "objects")) {
+		obj := cluster.Object(id)
+		if !n.cluster.WasCopy(obj, n.id, gone, n.replicas.copies) {
+			continue
+		}
+		if h, err := n.cluster.Holder(ctx, obj); err != nil || h != n.id {
+			continue
+		}
+		for _, c := range n.cluster.Copies(obj, n.id, n.replicas.copies) {
+			want[c] = append(want[c], id.String())
+		}
+	}
+	for node, objs := range want {
+		for len(objs) > 0 {
+			k := min(len(objs), 1000)
+			if _, err := opCopies.on(ctx, n, node, copiesRequest{Home: n.id, Objects: objs[:k]}); err != nil {
+				n.log.Warn("ask a node to make copies", slog.String("node", node), slog.Int("objects", k), slog.Any("err", err))
+			}
+			objs = objs[k:]
+		}
+	}
+}
+
+var opCopies = nodeOp("copies", quickWait, (*Node).copiesLocal)
+
+// copiesRequest names objects homed on Home whose copies the receiving
+// node now keeps.
+type copiesRequest struct {
+	Home    string   `json:"home"`
+	Objects []string `json:"objects"`
+}
+
+// copiesLocal makes, in the background, this node's copies of the objects
+// named (those it keeps while Home holds them), caught up to their
+// streams' ends.
+func (n *Node) copiesLocal(_ context.Context, req copiesRequest) (*struct{}, error) {
+	if n.replicas == nil {
+		return nil, nil
+	}
+	go func() {
+		for _, s := range req.Objects {
+			id, err := ParseObjectID(s)
+			if err != nil || !n.replicas.keeps(id, req.Home) || n.objects.isActive(id) {
+				continue
+			}
+			if err := n.replicas.ensure(n.bgContext, id); err != nil {
+				n.log.Warn("make a copy", slog.String("object", s), slog.Any("err", err))
+				n.replicas.retry(n.bgContext, id, req.Home)
+			}
+		}
+	}()
+	return nil, nil
+}
+
 // ReplicaReport is where an object's file and its copies are, and how far
 // each is along its change stream: what `host replicas` shows.
 type ReplicaReport struct {

@@ -567,3 +567,44 @@ func TestCopyMadeAfterAPurgeRestoresTheSnapshot(t *testing.T) {
 		t.Fatalf("the shipped read gave %d events (first %q), want all 38 from a0", len(evs), evs[0].Payload)
 	}
 }
+
+// An idle object keeps its number of copies when a copy's node leaves:
+// its home asks the node that keeps the copy from then on to make it at
+// once, not at the object's next write.
+func TestIdleObjectGetsItsCopyBackWhenACopyNodeLeaves(t *testing.T) {
+	t.Parallel()
+	nodes, _ := hosttest.Cluster(t, 3, hosttest.Options{Programs: clusterPrograms, Configure: func(c *host.Config) {
+		c.Replicas, c.SnapshotEvery = 1, 10
+	}})
+	ctx := context.Background()
+	a := &hclient.Client{Base: nodes[0].URL()}
+	for i := range 25 {
+		dcall(t, a, "chat/room1", "post", fmt.Sprintf(`{"author":"a%d","text":"x"}`, i)) // home on node 0
+	}
+	var rep host.ReplicaReport
+	waitUntil(t, "the room has its current copy", 20*time.Second, func() bool {
+		rep = host.ReplicaReport{}
+		return a.Replicas(ctx, "chat/room1", &rep) == nil && len(rep.Copies) == 2 && rep.Copies[1].Position == rep.Copies[0].Position
+	})
+	home, first := rep.Copies[0], rep.Copies[1].Node
+	var gone *host.Node
+	for _, n := range nodes[1:] {
+		if n.ID() == first {
+			gone = n
+		}
+	}
+	if gone == nil {
+		t.Fatalf("copies %+v", rep.Copies)
+	}
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	gone.Shutdown(sctx)
+	cancel()
+	// No call: the room is idle.
+	waitUntil(t, "a new copy on another node at the home's position", 30*time.Second, func() bool {
+		rep = host.ReplicaReport{}
+		if err := a.Replicas(ctx, "chat/room1", &rep); err != nil || len(rep.Copies) != 2 {
+			return false
+		}
+		return rep.Copies[1].Node != first && rep.Copies[1].Position == home.Position
+	})
+}

@@ -548,5 +548,6 @@ func (n *Node) nodeGone(id string) {
 	}
 	if n.replicas != nil {
 		go n.takeOver(id)
+		go n.recopy(id)
 	}
 }

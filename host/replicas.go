@@ -85,6 +85,55 @@ type replicas struct {
 	// another node shipped after it means this node was taken over; one
 	// from before (the old home's, read late) means nothing.
 	homeAt sync.Map
+
+	// retrying holds the objects whose copy is being made again in the
+	// background after a failure (ObjectID → struct{}); wg counts those
+	// goroutines.
+	retrying sync.Map
+	wg       sync.WaitGroup
+}
+
+// Copy retries: the first wait, and how many attempts (500 ms doubling
+// to 32 s, as durable deliveries back off: about a minute in all).
+const (
+	copyRetryBase     = 500 * time.Millisecond
+	copyRetryAttempts = 8
+)
+
+// retry makes this node's copy of id current in the background after a
+// failure (a stream or the snapshot store without a leader for a while,
+// after a node left), backing off between attempts, until it succeeds,
+// the object is active here or no longer kept here while home holds it,
+// the attempts run out, or ctx ends. Otherwise an idle object's copy
+// would wait for the object's next write.
+func (r *replicas) retry(ctx context.Context, id ObjectID, home string) {
+	if _, busy := r.retrying.LoadOrStore(id, struct{}{}); busy {
+		return
+	}
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		defer r.retrying.Delete(id)
+		wait := copyRetryBase
+		for range copyRetryAttempts {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			if r.active(id) || !r.keeps(id, home) {
+				return
+			}
+			err := r.ensure(ctx, id)
+			if err == nil {
+				return
+			}
+			r.logger.Warn("make a copy again", slog.String("object", id.String()), slog.Duration("after", wait), slog.Any("err", err))
+			wait = min(2*wait, 32*time.Second)
+		}
+	}()
 }
 
 // opTimeout bounds one read of the change stream: a stream without a
@@ -341,6 +390,7 @@ func (r *replicas) stop() {
 	if r.cons != nil {
 		r.cons.Stop()
 	}
+	r.wg.Wait() // the retries end with the node's background context
 	r.copyMu.Lock()
 	defer r.copyMu.Unlock()
 	for _, id := range r.openIDs() {
@@ -406,6 +456,7 @@ func (r *replicas) receive(ctx context.Context, m jetstream.Msg) {
 	}
 	if err := r.apply(ctx, id, meta.Sequence.Stream, m); err != nil {
 		r.logger.Warn("apply a change set to a copy", slog.String("object", id.String()), slog.Any("err", err))
+		r.retry(ctx, id, from)
 	}
 }
 
@@ -463,6 +514,22 @@ func (r *replicas) remakeCopy(ctx context.Context, id ObjectID, err error) error
 		return err
 	}
 	_, _, err = r.log.CatchUp(ctx, subjectOf(id), f)
+	return err
+}
+
+// ensure makes this node's copy of id (if it has none) and catches it up
+// to its stream's end.
+func (r *replicas) ensure(ctx context.Context, id ObjectID) error {
+	r.copyMu.Lock()
+	defer r.copyMu.Unlock()
+	f, err := r.copyFile(ctx, id)
+	if err != nil {
+		return err
+	}
+	_, _, err = r.log.CatchUp(ctx, subjectOf(id), f)
+	if errors.Is(err, replica.ErrBehindSnapshot) || errors.Is(err, replica.ErrDiverged) {
+		err = r.remakeCopy(ctx, id, err)
+	}
 	return err
 }
 
@@ -564,16 +631,7 @@ func (r *replicas) readCopy(ctx context.Context, id ObjectID, q store.Query) ([]
 	if _, serr := os.Stat(path); serr != nil {
 		return nil, err
 	}
-	r.copyMu.Lock()
-	f, ferr := r.copyFile(ctx, id)
-	if ferr == nil {
-		_, _, ferr = r.log.CatchUp(ctx, subjectOf(id), f)
-	}
-	if errors.Is(ferr, replica.ErrBehindSnapshot) || errors.Is(ferr, replica.ErrDiverged) {
-		ferr = r.remakeCopy(ctx, id, ferr)
-	}
-	r.copyMu.Unlock()
-	if ferr != nil {
+	if ferr := r.ensure(ctx, id); ferr != nil {
 		return nil, fmt.Errorf("%w: catching the copy up: %v", store.ErrNoLog, ferr)
 	}
 	return store.Read(ctx, path, q)

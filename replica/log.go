@@ -352,6 +352,9 @@ func (l *Log) catchUp(ctx context.Context, subject string, f *store.File) (store
 		return at, 0, err
 	}
 	if tail.Applied > at.Applied+batchFrom {
+		if l.behind(ctx, subject, at) {
+			return at, 0, fmt.Errorf("%w: the stream holds no change %d", ErrDiverged, at.Applied+1)
+		}
 		return l.catchUpBatches(ctx, subject, f, at, tail)
 	}
 	n := 0
@@ -381,6 +384,9 @@ func (l *Log) catchUpBatches(ctx context.Context, subject string, f *store.File,
 		FilterSubjects: []string{subject},
 		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
 		OptStartSeq:    at.Seq + 1,
+		// Each Fetch (re)creates the consumer; without a bound a stream
+		// that cannot make one (no leader) holds the caller for good.
+		MaxResetAttempts: 3,
 	})
 	cancel()
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/nats-io/nats.go/jetstream"
@@ -154,6 +155,13 @@ func (l *Log) Restore(ctx context.Context, subject, dst string) (at store.Positi
 		return at, false, err
 	}
 	name := snapshotName(subject, first.Applied)
+	// A read of the object store can stall for good (its consumer cannot
+	// be made while the stream has no leader): a restore that reads
+	// nothing for the Log's timeout fails, and the caller tries again.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	idle := time.AfterFunc(l.timeout, cancel)
+	defer idle.Stop()
 	obj, err := l.snaps.Get(ctx, name)
 	if err != nil {
 		// A newer snapshot replaced it meanwhile: the caller retries.
@@ -166,7 +174,10 @@ func (l *Log) Restore(ctx context.Context, subject, dst string) (at store.Positi
 	tmp := dst + ".restore"
 	store.RemoveFile(tmp)
 	defer store.RemoveFile(tmp)
-	if err := writeDecoded(tmp, obj); err != nil {
+	if err := writeDecoded(tmp, idleReader{obj, idle, l.timeout}); err != nil {
+		if ctx.Err() != nil {
+			return at, false, fmt.Errorf("%w: snapshot %s: nothing read for %v", abi.ErrUnavailable, name, l.timeout)
+		}
 		return at, false, fmt.Errorf("%w: snapshot %s: %v", ErrDiverged, name, err)
 	}
 	at, err = store.ReadPosition(ctx, tmp)
@@ -184,6 +195,21 @@ func (l *Log) Restore(ctx context.Context, subject, dst string) (at store.Positi
 	}
 	l.stats.restores.Add(1)
 	return at, true, nil
+}
+
+// idleReader restarts its timer at each read that returns data.
+type idleReader struct {
+	r    io.Reader
+	t    *time.Timer
+	idle time.Duration
+}
+
+func (r idleReader) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	if n > 0 {
+		r.t.Reset(r.idle)
+	}
+	return n, err
 }
 
 // writeDecoded writes the zstd stream r to a new file at path, synced.

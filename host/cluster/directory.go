@@ -116,17 +116,8 @@ func (c *Cluster) Ranked(obj Object) []string {
 		}
 	}
 	c.mu.Unlock()
-	score := func(id string) uint64 {
-		h := fnv.New64a()
-		h.Write([]byte(obj.Program))
-		h.Write([]byte{0})
-		h.Write([]byte(obj.ID))
-		h.Write([]byte{0})
-		h.Write([]byte(id))
-		return h.Sum64()
-	}
 	sort.Slice(ids, func(i, j int) bool {
-		si, sj := score(ids[i]), score(ids[j])
+		si, sj := score(obj, ids[i]), score(obj, ids[j])
 		if si != sj {
 			return si > sj
 		}
@@ -148,6 +139,19 @@ func (c *Cluster) Copies(obj Object, home string, n int) []string {
 		}
 	}
 	return out
+}
+
+// WasCopy reports whether gone, a node no longer live, was one of obj's n
+// copies besides home: after it left, another node keeps that copy.
+func (c *Cluster) WasCopy(obj Object, home, gone string, n int) bool {
+	g := score(obj, gone)
+	above := 0
+	for _, id := range c.Ranked(obj) {
+		if id != home && id != gone && score(obj, id) > g {
+			above++
+		}
+	}
+	return above < n
 }
 
 // successor is the node that takes obj over when its home is gone.
@@ -201,4 +205,15 @@ func (c *Cluster) Reclaim(ctx context.Context) {
 	if n > 0 {
 		c.log.Info("objects home here", slog.Int("count", n))
 	}
+}
+
+// score is node id's rendezvous weight for obj.
+func score(obj Object, id string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(obj.Program))
+	h.Write([]byte{0})
+	h.Write([]byte(obj.ID))
+	h.Write([]byte{0})
+	h.Write([]byte(id))
+	return h.Sum64()
 }
