@@ -43,7 +43,7 @@ var waitUntil = hosttest.WaitFor
 
 // metric reads one sample from /metrics; name may include labels exactly
 // as exposed, e.g. `host_edges_pruned_total{reason="socket_gone"}`.
-func metric(t *testing.T, c *hclient.Client, name string) float64 {
+func metric(t testing.TB, c *hclient.Client, name string) float64 {
 	t.Helper()
 	resp, err := http.Get(c.Base + "/metrics")
 	if err != nil {

@@ -19,6 +19,7 @@ type metrics struct {
 	reg               *prometheus.Registry
 	callsOK, callsErr prometheus.Counter
 	callSecs          prometheus.Histogram
+	batchCalls        prometheus.Histogram
 
 	deliveries   *prometheus.CounterVec // kind, path
 	deliveredEvs *prometheus.CounterVec // kind, path
@@ -50,6 +51,10 @@ func newMetrics() *metrics {
 		Name: "host_call_seconds", Help: "Method call latency, handler and transaction.",
 		Buckets: prometheus.ExponentialBuckets(10e-6, 4, 10),
 	})
+	m.batchCalls = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "host_commit_calls", Help: "Method calls one commit covered (group commit: calls waiting at an object run together, bounded by --max-batch).",
+		Buckets: prometheus.ExponentialBuckets(1, 2, 8),
+	})
 	m.deliveries = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "host_delivery_calls_total", Help: "Deliveries sent by the pump: kind (connection_batch or object) and path (local or remote). A connection batch is one call per node.",
 	}, []string{"kind", "path"})
@@ -77,7 +82,7 @@ func newMetrics() *metrics {
 		Name: "host_internode_bytes_total", Help: "Bytes of inter-node requests sent, by kind.",
 	}, []string{"kind"})
 	m.reg.MustRegister(m.remoteCalls, m.remoteBytes, m.readPath)
-	m.reg.MustRegister(calls, m.callSecs, m.deliveries, m.deliveredEvs, m.pruned, m.retries, m.dropped,
+	m.reg.MustRegister(calls, m.callSecs, m.batchCalls, m.deliveries, m.deliveredEvs, m.pruned, m.retries, m.dropped,
 		m.received, m.materialized, m.followHooks, m.eventCalls, m.conns, m.streamEvents,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m

@@ -51,6 +51,10 @@ type Config struct {
 	IdleTimeout time.Duration
 	// MaxPayload bounds a method call's request body.
 	MaxPayload int
+	// MaxBatch bounds the calls one commit covers: calls queued at an
+	// object run back to back in one transaction, each in its own
+	// savepoint, and are answered after its commit (1: a commit per call).
+	MaxBatch int
 	// Delivery configures the pump: inbox size, inline limit, retries.
 	Delivery delivery.Config
 	// Streams configures stream subscriptions: the idle threshold, read
@@ -98,6 +102,7 @@ const (
 	DefaultMaxActiveObjects = 512
 	DefaultIdleTimeout      = 2 * time.Minute
 	DefaultMaxPayload       = 1 << 20
+	DefaultMaxBatch         = 64
 )
 
 // DefaultConfig returns the documented defaults.
@@ -110,6 +115,7 @@ func DefaultConfig() Config {
 		MaxActiveObjects: DefaultMaxActiveObjects,
 		IdleTimeout:      DefaultIdleTimeout,
 		MaxPayload:       DefaultMaxPayload,
+		MaxBatch:         DefaultMaxBatch,
 		Delivery:         delivery.DefaultConfig(),
 		Streams:          delivery.DefaultStreamConfig(),
 		LeaseTTL:         DefaultLeaseTTL,
@@ -140,6 +146,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxPayload < 1 {
 		errs = append(errs, errors.New("max payload must be positive"))
+	}
+	if c.MaxBatch < 1 {
+		errs = append(errs, fmt.Errorf("max batch must be at least 1 (1: a commit per call), not %d", c.MaxBatch))
 	}
 	if c.Replicas < ReplicasAuto {
 		errs = append(errs, fmt.Errorf("replicas must be 0 or more (or %d for the default), not %d", ReplicasAuto, c.Replicas))
@@ -331,7 +340,7 @@ func (n *Node) open(ctx context.Context) error {
 	n.objects = newObjects(&objectEnv{
 		dataDir: cfg.DataDir, openFile: openFile, programs: n.programs, engine: n.engine,
 		usage: n.usage, metrics: n.metrics, log: n.log,
-		hint: n.hintCommitted, kick: n.kick, follows: n,
+		hint: n.hintCommitted, kick: n.kick, follows: n, maxBatch: cfg.MaxBatch, batchTime: maxBatchTime,
 	}, cfg.MaxActiveObjects, cfg.IdleTimeout)
 	n.shaper = newShaper(n.programs, n.engine, n.usage, n.metrics, n.log)
 	var topics *topicSubs // the subject fan-out baseline only
@@ -587,13 +596,7 @@ func (n *Node) callLocal(ctx context.Context, id ObjectID, req callRequest) ([]b
 		return nil, err
 	}
 	defer n.objects.release(o)
-	if err := o.lock(ctx); err != nil {
-		return nil, err
-	}
-	start := time.Now()
-	reply, err := o.call(ctx, req.Method, req.Payload)
-	o.unlock()
-	n.metrics.observeCall(id.Program, time.Since(start), err)
+	reply, err := o.submit(ctx, req.Method, req.Payload)
 	if errors.Is(err, errDeactivated) {
 		err = ErrShuttingDown
 	}

@@ -69,6 +69,10 @@ type object struct {
 
 	pump pumpState
 
+	// qmu guards queue: the calls waiting for a batch, in arrival order.
+	qmu   sync.Mutex
+	queue []*pendingCall
+
 	// Guarded by objects.mu.
 	refs     int
 	lastUsed time.Time
@@ -103,6 +107,10 @@ type objectEnv struct {
 	hint, kick func(ObjectID)
 	// follows runs the follows a handler asks for.
 	follows follows
+	// maxBatch bounds the calls one commit covers; no further call starts
+	// in a batch that has run for batchTime.
+	maxBatch  int
+	batchTime time.Duration
 }
 
 // follows makes and undoes a follower's edges at the publisher's home,
@@ -412,41 +420,55 @@ func (o *object) handle(ctx context.Context, run func(h *objectHost) error) erro
 		return err
 	}
 	defer release()
-	if err := o.ready(ctx); err != nil {
-		return err
-	}
-	if err := o.capStorage(tu); err != nil {
-		return err
-	}
-	tx, err := o.file.Begin()
+	tx, err := o.begin(ctx, tu)
 	if err != nil {
 		return err
 	}
+	if err := o.runHandler(tx, tu, run); err != nil {
+		tx.Rollback()
+		return o.storageErr(tu, err)
+	}
+	return o.commit(tx, tu)
+}
+
+// begin readies the object and starts its transaction. Called locked,
+// holding one of the tenant's handler slots.
+func (o *object) begin(ctx context.Context, tu *tenancy.Use) (*store.Tx, error) {
+	if err := o.ready(ctx); err != nil {
+		return nil, err
+	}
+	if err := o.capStorage(tu); err != nil {
+		return nil, err
+	}
+	return o.file.Begin()
+}
+
+// runHandler runs one handler in tx and returns what failed it: the
+// guest's error, or the platform's (storage, a per-call cap, the tenant's
+// publish rate), which wins whatever the guest made of it. A broken
+// instance is dropped (the next handler makes a new one). The caller rolls
+// back on an error.
+func (o *object) runHandler(tx *store.Tx, tu *tenancy.Use, run func(h *objectHost) error) error {
+	before := tx.Published()
 	h := &objectHost{o: o, tx: tx}
-	err = run(h)
+	err := run(h)
 	if o.inst.Broken() {
 		o.dropInstance()
 	}
 	if h.err != nil {
-		// A platform failure or a limit the guest ran into is the cause,
-		// whatever the guest made of it.
 		err = h.err
 	}
 	if err == nil {
-		err = tu.Publish(tx.Published())
+		err = tu.Publish(tx.Published() - before)
 	}
-	if err != nil {
-		tx.Rollback()
-		if store.IsFull(err) {
-			return o.storageFull(tu)
-		}
-		return err
-	}
+	return err
+}
+
+// commit commits tx (shipping its change set first when copies are on)
+// and, if it published, tells the streams and kicks the pump.
+func (o *object) commit(tx *store.Tx, tu *tenancy.Use) error {
 	if err := tx.Commit(); err != nil {
-		if store.IsFull(err) {
-			return o.storageFull(tu)
-		}
-		return err
+		return o.storageErr(tu, err)
 	}
 	if tx.Published() > 0 {
 		o.env.hint(o.id)
@@ -455,6 +477,14 @@ func (o *object) handle(ctx context.Context, run func(h *objectHost) error) erro
 		}
 	}
 	return nil
+}
+
+// storageErr names the limit behind a full file; other errors are as is.
+func (o *object) storageErr(tu *tenancy.Use, err error) error {
+	if store.IsFull(err) {
+		return o.storageFull(tu)
+	}
+	return err
 }
 
 // call runs one method as one transaction. Called locked.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -198,5 +199,66 @@ func TestShipBeforeCommit(t *testing.T) {
 	g := open(t, path)
 	if got := g.Position(); got != want {
 		t.Fatalf("position after reopen %+v, want %+v", got, want)
+	}
+}
+
+// Transactions made of several calls, each in its own savepoint and some
+// rolled back to it (group commit), ship a change set that reproduces the
+// home on a copy: a call rolled back leaves nothing in it. The home's edge
+// cache stays what its file holds.
+func TestSavepointsRolledBackLeaveNoChanges(t *testing.T) {
+	home, cp := newFile(t), newFile(t)
+	home.CaptureAll(true)
+	r := rand.New(rand.NewSource(2))
+	rolledBack := 0
+	for i := range 200 {
+		tx, err := home.Begin()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 1 + r.Intn(4) {
+			sp, err := tx.Savepoint()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := randomTx(r, tx); err != nil {
+				t.Fatal(err)
+			}
+			if r.Intn(3) == 0 {
+				rolledBack++
+				err = sp.RollbackTo()
+			} else {
+				err = sp.Release()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		changes := append([]byte(nil), tx.Changes()...)
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		commit(t, cp, func(tx *store.Tx) error { return tx.Apply(changes) })
+		if a, b := digest(t, home), digest(t, cp); a != b {
+			t.Fatalf("after transaction %d the copy differs from its home (%x, %x)", i, a, b)
+		}
+		var cached, stored []store.Edge
+		commit(t, home, func(tx *store.Tx) (err error) {
+			cached, err = tx.CachedEdges()
+			cached = slices.Clone(cached)
+			return err
+		})
+		commit(t, home, func(tx *store.Tx) (err error) { stored, err = tx.Edges(); return err })
+		for _, es := range [][]store.Edge{cached, stored} {
+			for i := range es {
+				es[i].State, es[i].NextAttempt = "", "" // for operators, derived by Edges only
+			}
+		}
+		if fmt.Sprint(cached) != fmt.Sprint(stored) {
+			t.Fatalf("after transaction %d the home's cached edges %v, its file's %v", i, cached, stored)
+		}
+	}
+	if rolledBack == 0 {
+		t.Fatal("no call was rolled back: the test tests nothing")
 	}
 }

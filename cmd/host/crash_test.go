@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/durable-host/host/bench"
 	hclient "github.com/durable-host/host/host/client"
 	"github.com/durable-host/host/vm/vmtest"
 )
@@ -27,10 +29,37 @@ func TestD17_ExactlyOnceEffectAcrossKill9(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kills processes; not in -short")
 	}
+	postThroughKills(t, 1)
+}
+
+// TestGroupCommitAcrossKill9 is the same with 16 concurrent posters under
+// --sync full, so posts queue at the room and share commits (group
+// commit): a kill in the middle of a batch loses no acknowledged post, and
+// no post was acknowledged before the commit that holds it. It checks that
+// commits did cover several calls before the kills.
+func TestGroupCommitAcrossKill9(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("kills processes; not in -short")
+	}
+	if perCommit := postThroughKills(t, 16, "--sync", "full"); perCommit < 1.5 {
+		t.Fatalf("%.2f calls per commit before the kills: the posts did not share commits", perCommit)
+	}
+}
+
+// postThroughKills runs the kill test with posters concurrent posters and
+// the server flags extra, and returns the calls per commit the server
+// reported just before its first kill.
+func postThroughKills(t *testing.T, posters int, extra ...string) (perCommit float64) {
 	bin := hostBinary(t)
 	data := t.TempDir()
 	addr := freePort(t)
-	srv := startServer(t, bin, data, addr)
+	start := func() *server {
+		s := spawnServer(t, bin, data, addr, extra...)
+		waitHealthy(t, addr, s)
+		return s
+	}
+	srv := start()
 	c := &hclient.Client{Base: "http://" + addr}
 	ctx := context.Background()
 	for _, p := range []string{"chat", "tally"} {
@@ -52,34 +81,39 @@ func TestD17_ExactlyOnceEffectAcrossKill9(t *testing.T) {
 		acked   atomic.Int64
 	)
 	stop := make(chan struct{})
+	var posting sync.WaitGroup
+	for w := range posters {
+		posting.Add(1)
+		go func() {
+			defer posting.Done()
+			for i := 0; acked.Load() < target; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				author := fmt.Sprintf("w%02d-%04d", w, i)
+				cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				out, err := c.Call(cctx, "chat/room1", "post", []byte(fmt.Sprintf(`{"author":%q,"text":"x"}`, author)))
+				cancel()
+				if err != nil {
+					time.Sleep(10 * time.Millisecond) // the node is down; retry
+					continue
+				}
+				var r struct{ N int64 }
+				if err := json.Unmarshal(out, &r); err != nil || r.N == 0 {
+					t.Errorf("post reply %q: %v", out, err)
+					return
+				}
+				mu.Lock()
+				ackedAt[author] = r.N
+				mu.Unlock()
+				acked.Add(1)
+			}
+		}()
+	}
 	posterDone := make(chan struct{})
-	go func() {
-		defer close(posterDone)
-		for i := 0; acked.Load() < target; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			author := fmt.Sprintf("a%04d", i)
-			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			out, err := c.Call(cctx, "chat/room1", "post", []byte(fmt.Sprintf(`{"author":%q,"text":"x"}`, author)))
-			cancel()
-			if err != nil {
-				time.Sleep(10 * time.Millisecond) // the node is down; retry
-				continue
-			}
-			var r struct{ N int64 }
-			if err := json.Unmarshal(out, &r); err != nil || r.N == 0 {
-				t.Errorf("post reply %q: %v", out, err)
-				return
-			}
-			mu.Lock()
-			ackedAt[author] = r.N
-			mu.Unlock()
-			acked.Add(1)
-		}
-	}()
+	go func() { posting.Wait(); close(posterDone) }()
 
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
 	for kill := 0; kill < 3; kill++ {
@@ -88,16 +122,19 @@ func TestD17_ExactlyOnceEffectAcrossKill9(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 		time.Sleep(time.Duration(rng.IntN(20)) * time.Millisecond)
+		if kill == 0 {
+			perCommit = callsPerCommit(t, addr)
+		}
 		srv.cmd.Process.Kill() // SIGKILL: no shutdown path runs
 		<-srv.done
 		srv.waited = true
 		t.Logf("killed at %d acknowledged posts", acked.Load())
-		srv = startServer(t, bin, data, addr)
+		srv = start()
 	}
 	<-posterDone
 	close(stop)
 	if t.Failed() {
-		return
+		return perCommit
 	}
 
 	// One last post tells how many posts committed in all (some whose
@@ -180,4 +217,24 @@ func TestD17_ExactlyOnceEffectAcrossKill9(t *testing.T) {
 	if len(edges.Edges) != 1 || edges.Edges[0].Node != health.Node || edges.Edges[0].Attempts != 0 {
 		t.Fatalf("edges %+v: want the tally edge on the live node %s", edges.Edges, health.Node)
 	}
+	return perCommit
+}
+
+// callsPerCommit is the mean of the node's host_commit_calls histogram.
+func callsPerCommit(t *testing.T, addr string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	m, err := bench.ParseMetrics(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	commits := m.Sum("host_commit_calls_count")
+	if commits == 0 {
+		return 0
+	}
+	return m.Sum("host_commit_calls_sum") / commits
 }

@@ -105,6 +105,7 @@ func nodeFlags() []cli.Flag {
 		&cli.IntFlag{Name: "max-active-objects", Value: d.MaxActiveObjects, EnvVars: []string{"HOST_MAX_ACTIVE_OBJECTS"}, Usage: "objects kept active (open file + instance); the least recently used idle one is deactivated past this"},
 		&cli.DurationFlag{Name: "stream-idle", Value: d.Streams.Idle, EnvVars: []string{"HOST_SUBSCRIPTION_IDLE_THRESHOLD"}, Usage: "a stream subscription that heard no hint this long publishes one, recovering lost hints (must be positive)"},
 		&cli.DurationFlag{Name: "idle-timeout", Value: d.IdleTimeout, EnvVars: []string{"HOST_IDLE_TIMEOUT"}, Usage: "deactivate an object unused this long"},
+		&cli.IntFlag{Name: "max-batch", Value: d.MaxBatch, EnvVars: []string{"HOST_MAX_BATCH"}, Usage: "group commit: calls waiting at one object run together in one transaction, each in its own savepoint, and are answered after its one commit; at most `N` per commit (1: a commit per call)"},
 		&cli.StringFlag{Name: "sync", Value: "normal", EnvVars: []string{"HOST_SYNC"}, Usage: "SQLite synchronous setting for object files: normal (survives a process crash) or full (also power loss, an fsync per commit)"},
 		&cli.DurationFlag{Name: "lease-ttl", Value: d.LeaseTTL, EnvVars: []string{"HOST_LEASE_TTL"}, Usage: "a node that has not renewed its cluster lease for this long is gone for good (its id never returns)"},
 		&cli.DurationFlag{Name: "heartbeat", Value: d.Heartbeat, EnvVars: []string{"HOST_HEARTBEAT"}, Usage: "how often a node renews its lease"},
@@ -136,6 +137,7 @@ func nodeConfig(c *cli.Context, stderr io.Writer) (host.Config, error) {
 	cfg.MaxActiveObjects = c.Int("max-active-objects")
 	cfg.IdleTimeout = c.Duration("idle-timeout")
 	cfg.Sync = store.Sync(strings.ToUpper(c.String("sync")))
+	cfg.MaxBatch = c.Int("max-batch")
 	cfg.LeaseTTL = c.Duration("lease-ttl")
 	cfg.Heartbeat = c.Duration("heartbeat")
 	cfg.KVReplicas = c.Int("kv-replicas")

@@ -1,0 +1,257 @@
+package host
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/durable-host/host/host/internal/tenancy"
+)
+
+// Group commit: the calls queued at an object while it runs a handler run
+// next back to back in one transaction, each inside its own savepoint, so
+// a failing call rolls back alone and gets its own error. One commit (one
+// fsync under --sync full, one replicated change set with copies on)
+// covers the batch, and every reply, publish to followers and stream hint
+// waits for it: the output gate. A call never sees another call's
+// uncommitted effects except through the object's own state, which calls
+// change one after another anyway.
+//
+// A lone call runs as before, in a transaction of its own: a batch only
+// forms when calls wait, so one client's latency does not grow.
+const (
+	// maxBatchTime: no further call starts in a batch that has run for
+	// this long.
+	maxBatchTime = 10 * time.Millisecond
+	// maxBatchChanges bounds a batch's change set, far below what one
+	// replicated change set can carry (NATS's 1 MB payload): a call that
+	// takes a batch past it is rolled back and runs first in the next
+	// batch, where it is alone against the limit.
+	maxBatchChanges = 256 << 10
+)
+
+// pendingCall is a call waiting at its object for a batch.
+type pendingCall struct {
+	ctx     context.Context
+	method  string
+	payload []byte
+	reply   []byte
+	err     error
+	// taken is set (under the object's qmu) when a batch takes the call:
+	// from then on its caller waits for done and cannot withdraw it.
+	taken bool
+	done  chan struct{}
+}
+
+// submit runs a method call on the object and returns its reply once the
+// transaction holding it committed. The caller that takes the object's
+// lock runs the queued calls in batches until its own is done; the others
+// wait for theirs.
+func (o *object) submit(ctx context.Context, method string, payload []byte) ([]byte, error) {
+	pc := &pendingCall{ctx: ctx, method: method, payload: payload, done: make(chan struct{})}
+	o.qmu.Lock()
+	o.queue = append(o.queue, pc)
+	o.qmu.Unlock()
+	select {
+	case <-pc.done:
+	case o.sem <- struct{}{}:
+		o.runQueued(pc)
+		o.unlock()
+	case <-ctx.Done():
+		if o.withdraw(pc) {
+			return nil, fmt.Errorf("waiting for %s: %w", o.id, ctx.Err())
+		}
+		<-pc.done // a batch runs it: its outcome is the call's
+	}
+	return pc.reply, pc.err
+}
+
+// queued is the number of calls waiting.
+func (o *object) queued() int {
+	o.qmu.Lock()
+	defer o.qmu.Unlock()
+	return len(o.queue)
+}
+
+// withdraw removes pc from the queue unless a batch took it.
+func (o *object) withdraw(pc *pendingCall) bool {
+	o.qmu.Lock()
+	defer o.qmu.Unlock()
+	if pc.taken {
+		return false
+	}
+	for i, q := range o.queue {
+		if q == pc {
+			o.queue = append(o.queue[:i], o.queue[i+1:]...)
+			break
+		}
+	}
+	return true
+}
+
+// take removes up to max calls from the head of the queue for a batch.
+func (o *object) take(max int) []*pendingCall {
+	o.qmu.Lock()
+	defer o.qmu.Unlock()
+	k := min(len(o.queue), max)
+	batch := make([]*pendingCall, k)
+	copy(batch, o.queue)
+	for _, pc := range batch {
+		pc.taken = true
+	}
+	n := copy(o.queue, o.queue[k:])
+	clear(o.queue[n:])
+	o.queue = o.queue[:n]
+	return batch
+}
+
+// putBack returns calls a batch took but did not run to the head of the
+// queue, in their order.
+func (o *object) putBack(calls []*pendingCall) {
+	o.qmu.Lock()
+	defer o.qmu.Unlock()
+	for _, pc := range calls {
+		pc.taken = false
+	}
+	o.queue = append(calls[:len(calls):len(calls)], o.queue...)
+}
+
+// runQueued runs batches from the queue until self is done. Called
+// locked.
+func (o *object) runQueued(self *pendingCall) {
+	if o.queued() == 1 {
+		// Alone: let callers that are about to queue (those the last
+		// batch just answered) do so, so they share this commit instead
+		// of waiting for the next. With nothing else to run this returns
+		// at once.
+		runtime.Gosched()
+	}
+	for {
+		select {
+		case <-self.done:
+			return
+		default:
+		}
+		batch := o.take(max(o.env.maxBatch, 1))
+		if len(batch) == 0 {
+			return // unreachable: self is queued or done
+		}
+		o.runBatch(batch)
+	}
+}
+
+// runBatch runs the calls of one batch and answers each once the batch's
+// commit (or its rollback) is done. Called locked.
+func (o *object) runBatch(batch []*pendingCall) {
+	start := time.Now()
+	if len(batch) == 1 {
+		pc := batch[0]
+		pc.reply, pc.err = o.call(pc.ctx, pc.method, pc.payload)
+		if pc.err == nil {
+			o.env.metrics.batchCalls.Observe(1)
+		}
+		o.answer(batch, start)
+		return
+	}
+	ran := o.runGroup(batch, start)
+	if rest := batch[len(ran):]; len(rest) > 0 {
+		o.putBack(rest)
+	}
+	o.answer(ran, start)
+}
+
+// answer releases the replies of calls whose batch ended.
+func (o *object) answer(calls []*pendingCall, start time.Time) {
+	d := time.Since(start)
+	for _, pc := range calls {
+		o.env.metrics.observeCall(o.id.Program, d, pc.err)
+		close(pc.done)
+	}
+}
+
+// runGroup runs batch in one transaction and returns the calls it ran
+// (a prefix of batch: the rest go back to the queue), each with its reply
+// or error set. The first call's context holds the tenant's slot and
+// readies the object for all.
+func (o *object) runGroup(batch []*pendingCall, start time.Time) []*pendingCall {
+	fail := func(calls []*pendingCall, err error) []*pendingCall {
+		for _, pc := range calls {
+			pc.reply, pc.err = nil, err
+		}
+		return calls
+	}
+	tu := o.env.usage.Of(tenancy.TenantOf(o.id.Program))
+	release, err := tu.Acquire(batch[0].ctx)
+	if err != nil {
+		return fail(batch, err)
+	}
+	defer release()
+	tx, err := o.begin(batch[0].ctx, tu)
+	if err != nil {
+		return fail(batch, err)
+	}
+	committed := 0
+	for i, pc := range batch {
+		if i > 0 && (time.Since(start) >= o.env.batchTime || tx.Ops() >= maxBatchChanges) {
+			batch = batch[:i]
+			break
+		}
+		if err := pc.ctx.Err(); err != nil {
+			pc.err = fmt.Errorf("waiting for %s: %w", o.id, err)
+			continue
+		}
+		sp, err := tx.Savepoint()
+		if err == nil {
+			err = o.ready(pc.ctx) // a call before broke the instance
+		}
+		if err == nil {
+			err = o.runHandler(tx, tu, func(h *objectHost) error {
+				var err error
+				pc.reply, err = o.inst.Call(h, pc.method, pc.payload)
+				return err
+			})
+		}
+		if err == nil && i > 0 && tx.Ops() > maxBatchChanges {
+			// Too much for this batch: undone, it runs again first in
+			// the next. Its reply was never sent.
+			if rerr := sp.RollbackTo(); rerr != nil {
+				tx.Rollback()
+				return fail(batch[:i+1], rerr)
+			}
+			pc.reply = nil
+			batch = batch[:i]
+			break
+		}
+		if err != nil {
+			pc.reply, pc.err = nil, o.storageErr(tu, err)
+			if rerr := sp.RollbackTo(); rerr != nil {
+				// The transaction cannot be trusted any more: nothing in
+				// it commits.
+				tx.Rollback()
+				return fail(batch[:i+1], fmt.Errorf("%w: %v", ErrUnavailable, rerr))
+			}
+			continue
+		}
+		if err := sp.Release(); err != nil {
+			tx.Rollback()
+			return fail(batch[:i+1], err)
+		}
+		committed++
+	}
+	if committed == 0 {
+		tx.Rollback()
+		return batch
+	}
+	if err := o.commit(tx, tu); err != nil {
+		for _, pc := range batch {
+			if pc.err == nil {
+				pc.reply, pc.err = nil, err
+			}
+		}
+		return batch
+	}
+	o.calls += int64(committed)
+	o.env.metrics.batchCalls.Observe(float64(committed))
+	return batch
+}

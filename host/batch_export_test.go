@@ -1,0 +1,36 @@
+package host
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// HoldObject activates id on n and holds its lock until release: calls
+// made meanwhile queue at the object and run as batches once it is
+// released. Batches may run as long as they need until the test ends.
+func HoldObject(t testing.TB, n *Node, id ObjectID) (release func()) {
+	t.Helper()
+	n.objects.env.batchTime = time.Hour
+	o, err := n.objects.acquire(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.lock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		o.unlock()
+		n.objects.release(o)
+	}
+}
+
+// QueuedCalls is how many calls wait at id's queue on n.
+func QueuedCalls(n *Node, id ObjectID) int {
+	o, err := n.objects.acquire(id)
+	if err != nil {
+		return 0
+	}
+	defer n.objects.release(o)
+	return o.queued()
+}

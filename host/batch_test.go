@@ -1,0 +1,157 @@
+package host_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/durable-host/host/host"
+	hclient "github.com/durable-host/host/host/client"
+	"github.com/durable-host/host/host/hosttest"
+)
+
+// Calls queued at an object while it is busy run as one batch (group
+// commit): each in its own savepoint, so a call that fails, panics or
+// traps (breaking the instance) rolls back alone and gets its own error,
+// while the others commit together. Followers and stream subscribers see
+// the committed calls' events once each, in order, and nothing of the
+// failed ones.
+func TestGroupCommitFailingCallRollsBackAlone(t *testing.T) {
+	t.Parallel()
+	n, c := hosttest.Start(t, hosttest.Options{Programs: []string{"hostile"}})
+	ctx := context.Background()
+	g := host.ObjectID{Program: "hostile", ID: "g"}
+	if _, err := c.Call(ctx, "hostile/f", "follow", []byte(`{"publisher":"hostile/g","topic":"t"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Call(ctx, g, "publish", []byte(`"a0"`)); err != nil {
+		t.Fatal(err)
+	}
+
+	// A subscriber from after a0.
+	var (
+		mu     sync.Mutex
+		stream []string
+	)
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	after := uint64(1)
+	go c.Subscribe(sctx, "hostile/g", hclient.SubscribeOptions{Topic: "t", After: &after}, func(data []byte) bool {
+		var ev struct {
+			Seq     uint64          `json:"seq"`
+			Payload json.RawMessage `json:"payload"`
+		}
+		json.Unmarshal(data, &ev)
+		mu.Lock()
+		stream = append(stream, fmt.Sprintf("%d %s", ev.Seq, ev.Payload))
+		mu.Unlock()
+		return true
+	})
+
+	commits0 := metric(t, c, "host_commit_calls_count")
+	calls0 := metric(t, c, "host_commit_calls_sum")
+
+	// Hold the object while the calls queue up, in this order.
+	calls := []struct{ method, payload, wantErr string }{
+		{"publish", `"a1"`, ""},
+		{"publish_then_fail", "", "failed after publishing"},
+		{"trap", "", "trap"},
+		{"publish", `"a2"`, ""},
+		{"panic", "", "on purpose"},
+		{"publish", `"a3"`, ""},
+	}
+	release := host.HoldObject(t, n, g)
+	errs := make([]error, len(calls))
+	var wg sync.WaitGroup
+	for i, call := range calls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = n.Call(ctx, g, call.method, []byte(call.payload))
+		}()
+		waitUntil(t, fmt.Sprintf("call %d queued", i), 10*time.Second, func() bool { return host.QueuedCalls(n, g) == i+1 })
+	}
+	release()
+	wg.Wait()
+
+	for i, call := range calls {
+		switch {
+		case call.wantErr == "" && errs[i] != nil:
+			t.Errorf("%s %s: %v, want success", call.method, call.payload, errs[i])
+		case call.wantErr != "" && (errs[i] == nil || !strings.Contains(strings.ToLower(errs[i].Error()), call.wantErr)):
+			t.Errorf("%s: %v, want an error with %q", call.method, errs[i], call.wantErr)
+		}
+	}
+	// One commit covered the three calls that succeeded.
+	if d, s := metric(t, c, "host_commit_calls_count")-commits0, metric(t, c, "host_commit_calls_sum")-calls0; d != 1 || s != 3 {
+		t.Errorf("%v commits covering %v calls, want 1 covering 3", d, s)
+	}
+	// The failed calls' writes are gone ("touched" is what each wrote).
+	if v, err := n.Call(ctx, g, "get", nil); err != nil || len(v) != 0 {
+		t.Errorf("touched = %q (%v): a failed call's write committed", v, err)
+	}
+	want := []string{`2 "a1"`, `3 "a2"`, `4 "a3"`}
+	waitUntil(t, "the subscriber has a1..a3", 10*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(stream) >= len(want)
+	})
+	time.Sleep(50 * time.Millisecond) // anything after them would show now
+	mu.Lock()
+	if !slices.Equal(stream, want) {
+		t.Errorf("stream %q, want %q", stream, want)
+	}
+	mu.Unlock()
+	var got []string
+	waitUntil(t, "the follower has received a0..a3", 10*time.Second, func() bool {
+		out, err := n.Call(ctx, host.ObjectID{Program: "hostile", ID: "f"}, "received", nil)
+		got = nil
+		return err == nil && json.Unmarshal(out, &got) == nil && len(got) >= 4
+	})
+	wantF := []string{`hostile/g t 1 "a0"`, `hostile/g t 2 "a1"`, `hostile/g t 3 "a2"`, `hostile/g t 4 "a3"`}
+	if !slices.Equal(got, wantF) {
+		t.Errorf("follower received %q, want %q", got, wantF)
+	}
+}
+
+// A call whose caller gives up while it waits in the queue is withdrawn
+// and never runs; the others still run.
+func TestGroupCommitWithdrawnCallNeverRuns(t *testing.T) {
+	t.Parallel()
+	n, _ := hosttest.Start(t, hosttest.Options{Programs: []string{"counter"}})
+	ctx := context.Background()
+	id := host.ObjectID{Program: "counter", ID: "w"}
+	release := host.HoldObject(t, n, id)
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := n.Call(cctx, id, "inc", nil)
+		done <- err
+	}()
+	waitUntil(t, "the call queued", 10*time.Second, func() bool { return host.QueuedCalls(n, id) == 1 })
+	other := make(chan error, 1)
+	go func() {
+		_, err := n.Call(ctx, id, "inc", nil)
+		other <- err
+	}()
+	waitUntil(t, "the second call queued", 10*time.Second, func() bool { return host.QueuedCalls(n, id) == 2 })
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatal("the withdrawn call succeeded")
+	}
+	if q := host.QueuedCalls(n, id); q != 1 {
+		t.Fatalf("%d calls queued after one was withdrawn, want 1", q)
+	}
+	release()
+	if err := <-other; err != nil {
+		t.Fatal(err)
+	}
+	if v, err := n.Call(ctx, id, "get", nil); err != nil || string(v) != "1" {
+		t.Fatalf("value %q (%v), want 1: only the call not withdrawn ran", v, err)
+	}
+}
