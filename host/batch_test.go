@@ -155,3 +155,58 @@ func TestGroupCommitWithdrawnCallNeverRuns(t *testing.T) {
 		t.Fatalf("value %q (%v), want 1: only the call not withdrawn ran", v, err)
 	}
 }
+
+// With copies, a batch stops growing before its change set gets too large
+// to ship as one: the call that takes it past the bound is rolled back and
+// runs first in the next batch. Every call succeeds once, in order.
+func TestGroupCommitBoundsTheChangeSet(t *testing.T) {
+	t.Parallel()
+	nodes, _ := hosttest.Cluster(t, 3, hosttest.Options{Programs: []string{"hostile"}, Configure: func(c *host.Config) { c.Replicas = 1 }})
+	n := nodes[0]
+	c := &hclient.Client{Base: n.URL()}
+	ctx := context.Background()
+	id := host.ObjectID{Program: "hostile", ID: "big"}
+	if _, err := n.Call(ctx, id, "ok", nil); err != nil { // its home is node 0
+		t.Fatal(err)
+	}
+	commits0 := metric(t, c, "host_commit_calls_count")
+	calls0 := metric(t, c, "host_commit_calls_sum")
+	release := host.HoldObject(t, n, id)
+	const k = 4 // 100 KB each: the third takes the batch past 256 KB
+	errs := make([]error, k)
+	var wg sync.WaitGroup
+	for i := range k {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = n.Call(ctx, id, "publish", []byte(fmt.Sprintf(`{"topic":"t%d","size":100000}`, i)))
+		}()
+		waitUntil(t, fmt.Sprintf("call %d queued", i), 10*time.Second, func() bool { return host.QueuedCalls(n, id) == i+1 })
+	}
+	release()
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	if d, s := metric(t, c, "host_commit_calls_count")-commits0, metric(t, c, "host_commit_calls_sum")-calls0; d != 2 || s != k {
+		t.Errorf("%v commits covering %v calls, want 2 covering %d", d, s, k)
+	}
+	var topics []string
+	after := uint64(0)
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	c.Subscribe(sctx, "hostile/big", hclient.SubscribeOptions{After: &after}, func(data []byte) bool {
+		var ev struct {
+			Seq   uint64 `json:"seq"`
+			Topic string `json:"topic"`
+		}
+		json.Unmarshal(data, &ev)
+		topics = append(topics, fmt.Sprintf("%d %s", ev.Seq, ev.Topic))
+		return len(topics) < k
+	})
+	if want := []string{"1 t0", "2 t1", "3 t2", "4 t3"}; !slices.Equal(topics, want) {
+		t.Fatalf("events %q, want %q: each call once, in order", topics, want)
+	}
+}
