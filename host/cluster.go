@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"sort"
 	"sync/atomic"
@@ -124,7 +125,36 @@ func (n *Node) newReplicas(ctx context.Context, js jetstream.JetStream, streamRe
 // home in the directory again, and if that is here, catches the file up.
 func (n *Node) fenced(id ObjectID) {
 	n.cluster.Forget(cluster.Object(id))
-	go n.objects.evict(id)
+	go func() {
+		n.objects.evict(id)
+		n.retire(id)
+	}()
+}
+
+// retire takes the home file of an object another node holds now out of
+// this node's objects: kept as this node's copy when it keeps one (it is
+// a prefix of the stream, or found diverged and made again, never
+// skipped), else deleted. A stale home file would otherwise count against
+// its tenant's storage here and be taken for a home's. An object this
+// node holds again, or whose holder is unknown, keeps its file.
+func (n *Node) retire(id ObjectID) {
+	if n.replicas == nil || n.objects.isActive(id) {
+		return
+	}
+	h, err := n.cluster.Holder(n.bgContext, cluster.Object(id))
+	if err != nil || h == "" || h == n.id {
+		return
+	}
+	path := n.objectPath(id)
+	if _, err := os.Stat(path); err != nil {
+		return
+	}
+	kept, err := n.replicas.keepAsCopy(id, h, path)
+	if err != nil {
+		n.log.Warn("retire a taken-over object's file", slog.String("object", id.String()), slog.Any("err", err))
+		return
+	}
+	n.log.Info("object taken over elsewhere: its file here is retired", slog.String("object", id.String()), slog.String("home", h), slog.Bool("kept_as_copy", kept))
 }
 
 // takeOver claims, after a node is gone, the objects this node keeps a

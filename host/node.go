@@ -435,6 +435,14 @@ func (n *Node) Start() error {
 	go func() {
 		defer n.wg.Done()
 		n.cluster.Reclaim(n.bgContext)
+		// Files of objects taken over while this data directory was away
+		// (or under an earlier id of this process) are not homes here.
+		for _, id := range objectFiles(filepath.Join(n.cfg.DataDir, "objects")) {
+			if n.bgContext.Err() != nil {
+				return
+			}
+			n.retire(id)
+		}
 		if err := n.resumePublishers(n.bgContext); err != nil {
 			n.log.Warn("resume deliveries", slog.Any("err", err))
 		}

@@ -372,6 +372,22 @@ func (r *replicas) adoptCopy(id ObjectID, path string) error {
 	return nil
 }
 
+// keepAsCopy makes the home file at path (of an object home holds now)
+// this node's copy if it keeps one and has none yet, and reports whether
+// it did; otherwise the file is deleted.
+func (r *replicas) keepAsCopy(id ObjectID, home, path string) (bool, error) {
+	r.copyMu.Lock()
+	defer r.copyMu.Unlock()
+	cp := r.copyPath(id)
+	if _, err := os.Stat(cp); err != nil && r.keeps(id, home) {
+		if err := os.MkdirAll(filepath.Dir(cp), 0o755); err != nil {
+			return false, err
+		}
+		return true, moveFile(path, cp)
+	}
+	return false, store.RemoveFile(path)
+}
+
 // start applies, from now on, every change set shipped by another node to
 // the copies this node keeps.
 func (r *replicas) start(ctx context.Context, js jetstream.JetStream) error {

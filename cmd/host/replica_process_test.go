@@ -4,10 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -17,6 +19,7 @@ import (
 	_ "modernc.org/sqlite"
 
 	hclient "github.com/durable-host/host/host/client"
+	"github.com/durable-host/host/host/hosttest"
 	"github.com/durable-host/host/vm/vmtest"
 )
 
@@ -475,19 +478,48 @@ func TestPausedHomeIsFenced(t *testing.T) {
 	history := rc.history(t, 1)
 	w.checkByIdentity(t, history)
 
-	// The old home's file, read once it has had every chance to write (it
-	// rejoined under a new id and took posts meanwhile).
+	// The old home's file leaves its objects once it knows it was taken
+	// over: kept as its copy (every node keeps one here), never as a home.
+	homeFile := filepath.Join(rc.data[0], "objects", "chat", "room1.db")
+	hosttest.WaitFor(t, "the old home's file retired", 30*time.Second, func() bool {
+		_, err := os.Stat(homeFile)
+		return errors.Is(err, os.ErrNotExist)
+	})
+
+	// What the old home's file became (its copy, or a copy set aside as
+	// diverged), read once it has had every chance to write (it rejoined
+	// under a new id and took posts meanwhile): it holds no post the
+	// room's history does not hold at the same seq.
 	old.cmd.Process.Kill()
 	<-old.done
 	old.waited = true
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(rc.data[0], "objects", "chat", "room1.db")+"?mode=ro")
+	files, _ := filepath.Glob(filepath.Join(rc.data[0], "*", "chat", "room1.db*"))
+	n := 0
+	for _, f := range files {
+		if strings.HasSuffix(f, "-wal") || strings.HasSuffix(f, "-shm") {
+			continue
+		}
+		n += checkPrefix(t, f, history)
+	}
+	if n == 0 {
+		t.Fatalf("the old home's files %v hold no posts: the test checked nothing", files)
+	}
+	t.Logf("the old home's files %v hold %d posts, each at its seq in the room's %d", files, n, len(history))
+}
+
+// checkPrefix fails the test if the object file at path holds a post the
+// room's history does not hold at the same seq, and returns how many
+// posts it holds.
+func checkPrefix(t *testing.T, path string, history []string) int {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
 	rows, err := db.Query(`SELECT seq, payload FROM log ORDER BY seq`)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%s: %v", path, err)
 	}
 	defer rows.Close()
 	n := 0
@@ -500,14 +532,11 @@ func TestPausedHomeIsFenced(t *testing.T) {
 		var m struct{ Author string }
 		json.Unmarshal(payload, &m)
 		if seq > len(history) || history[seq-1] != m.Author {
-			t.Fatalf("the old home committed post %q at seq %d, which the room's history does not hold there", m.Author, seq)
+			t.Fatalf("%s: the old home committed post %q at seq %d, which the room's history does not hold there", path, m.Author, seq)
 		}
 		n++
 	}
-	if n == 0 {
-		t.Fatal("the old home's file has no posts: the test checked nothing")
-	}
-	t.Logf("the old home's file holds %d posts, a prefix of the room's %d", n, len(history))
+	return n
 }
 
 // follower is a stream subscriber that reads chat/room1's messages through
