@@ -41,6 +41,7 @@ type File struct {
 	get, put, del, scan, appendLog, head *sql.Stmt
 	cursorGet, cursorPut                 *sql.Stmt
 	advance, floorGet, floorPut          *sql.Stmt
+	savepoint, release, rollbackTo       *sql.Stmt
 
 	// edges caches the edge rows for the pump, which reads them every
 	// round; nil when not loaded. Commits keep it current, rollbacks drop
@@ -68,6 +69,7 @@ func Open(ctx context.Context, path string, sync Sync) (*File, error) {
 	q := url.Values{}
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "synchronous("+string(sync)+")")
+	q.Add("_pragma", "temp_store(MEMORY)")
 	db, err := sql.Open("sqlite", dsn(path, q))
 	if err != nil {
 		return nil, err
@@ -111,6 +113,9 @@ func (f *File) init(ctx context.Context) error {
 	prep(&f.cursorPut, `INSERT INTO cursors (publisher, topic, seq) VALUES (?, ?, ?) ON CONFLICT (publisher, topic) DO UPDATE SET seq = excluded.seq`)
 	prep(&f.advance, `UPDATE edges SET cursor = MAX(cursor, ?), attempts = ?, unplaced = ?, next_due = ?, node = COALESCE(?, node) WHERE id = ?`)
 	prep(&f.floorGet, `SELECT COALESCE((SELECT cursor FROM conn_floor WHERE one = 1), 0)`)
+	prep(&f.savepoint, `SAVEPOINT call`)
+	prep(&f.release, `RELEASE call`)
+	prep(&f.rollbackTo, `ROLLBACK TO call`)
 	prep(&f.floorPut, `INSERT INTO conn_floor (one, cursor) VALUES (1, ?) ON CONFLICT (one) DO UPDATE SET cursor = MAX(cursor, excluded.cursor)`)
 	if err == nil {
 		f.pos, err = f.readPosition()
@@ -125,7 +130,7 @@ func (f *File) Path() string { return f.path }
 func (f *File) Close() error {
 	// Statements prepared on the connection keep it (and its three file
 	// descriptors) open until they are closed.
-	for _, st := range []*sql.Stmt{f.get, f.put, f.del, f.scan, f.appendLog, f.head, f.cursorGet, f.cursorPut, f.advance, f.floorGet, f.floorPut} {
+	for _, st := range []*sql.Stmt{f.get, f.put, f.del, f.scan, f.appendLog, f.head, f.cursorGet, f.cursorPut, f.advance, f.floorGet, f.floorPut, f.savepoint, f.release, f.rollbackTo} {
 		if st != nil {
 			st.Close()
 		}

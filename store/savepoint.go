@@ -17,7 +17,7 @@ type Savepoint struct {
 
 // Savepoint marks the transaction as it is now.
 func (t *Tx) Savepoint() (Savepoint, error) {
-	if _, err := t.f.conn.ExecContext(bg, "SAVEPOINT call"); err != nil {
+	if _, err := t.f.savepoint.ExecContext(bg); err != nil {
 		return Savepoint{}, fmt.Errorf("savepoint: %w", err)
 	}
 	return Savepoint{t: t, ops: len(t.ops), published: t.published, patches: len(t.patches), dropEdges: t.dropEdges}, nil
@@ -25,7 +25,7 @@ func (t *Tx) Savepoint() (Savepoint, error) {
 
 // Release keeps what the transaction did since the savepoint.
 func (s Savepoint) Release() error {
-	if _, err := s.t.f.conn.ExecContext(bg, "RELEASE call"); err != nil {
+	if _, err := s.t.f.release.ExecContext(bg); err != nil {
 		return fmt.Errorf("release savepoint: %w", err)
 	}
 	return nil
@@ -36,10 +36,10 @@ func (s Savepoint) Release() error {
 // it, the error says so and the whole transaction must be rolled back.
 func (s Savepoint) RollbackTo() error {
 	t := s.t
-	if _, err := t.f.conn.ExecContext(bg, "ROLLBACK TO call"); err != nil {
+	if _, err := t.f.rollbackTo.ExecContext(bg); err != nil {
 		return fmt.Errorf("roll back to savepoint: %w", err)
 	}
-	if _, err := t.f.conn.ExecContext(bg, "RELEASE call"); err != nil {
+	if _, err := t.f.release.ExecContext(bg); err != nil {
 		return fmt.Errorf("release savepoint: %w", err)
 	}
 	t.ops = t.ops[:s.ops]
