@@ -152,3 +152,40 @@ func TestReplacedVersionKeepsItsCodeUntilItsLastObject(t *testing.T) {
 	}
 	wantReply(t, n, "p/h1", "inc", nil, "1") // reactivated on v2
 }
+
+// An activation takes an instance made ahead when there is one, and an
+// instance never serves two objects: what one object left in its
+// instance's memory another object of the program never sees, also when
+// the first was deactivated before the second started.
+func TestPooledInstanceIsFresh(t *testing.T) {
+	t.Parallel()
+	n, c := hosttest.Start(t, hosttest.Options{Programs: []string{"hostile"}, Configure: func(cfg *host.Config) {
+		cfg.MaxActiveObjects = 1 // each activation deactivates the one before
+	}})
+	ctx := context.Background()
+	a, b := host.ObjectID{Program: "hostile", ID: "a"}, host.ObjectID{Program: "hostile", ID: "b"}
+	if _, err := n.Call(ctx, a, "remember", []byte("secret of a")); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := n.Call(ctx, a, "recall", nil); err != nil || string(v) != "secret of a" {
+		t.Fatalf("a recalls %q (%v): the instance's memory does not hold what it was given", v, err)
+	}
+	pooled := `host_activations_total{instance="pooled"}`
+	before := metric(t, c, pooled)
+	for i, id := range []host.ObjectID{b, a, b} {
+		waitUntil(t, "an instance made ahead", 30*time.Second, func() bool { return host.PooledInstances(n) > 0 })
+		v, err := n.Call(ctx, id, "recall", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(v) != 0 {
+			t.Fatalf("activation %d of %s recalls %q: it ran in an instance another object used", i, id, v)
+		}
+		if _, err := n.Call(ctx, id, "remember", fmt.Appendf(nil, "secret of activation %d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := metric(t, c, pooled) - before; got != 3 {
+		t.Fatalf("%v of 3 activations took an instance made ahead", got)
+	}
+}

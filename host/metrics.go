@@ -11,6 +11,7 @@ import (
 	"github.com/durable-host/host/delivery"
 	"github.com/durable-host/host/replica"
 	"github.com/durable-host/host/store"
+	"github.com/durable-host/host/vm"
 )
 
 // metrics are the node's Prometheus metrics, on their own registry so tests
@@ -110,10 +111,15 @@ func (m *metrics) replicaCounters(stats func() replica.Stats) {
 func (m *metrics) engineCounters(e interface {
 	Compiles() int64
 	Compiled() int
+	PoolStats() vm.PoolStats
 }) {
 	m.reg.MustRegister(
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "host_module_compiles_total", Help: "Modules compiled by this node (once per digest while in use)."},
 			func() float64 { return float64(e.Compiles()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "host_activations_total", Help: "Object activations that took an instance made ahead.", ConstLabels: prometheus.Labels{"instance": "pooled"}},
+			func() float64 { return float64(e.PoolStats().Hits) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "host_activations_total", Help: "Object activations that took an instance made ahead.", ConstLabels: prometheus.Labels{"instance": "made"}},
+			func() float64 { return float64(e.PoolStats().Misses) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "host_modules_compiled", Help: "Distinct modules held compiled."},
 			func() float64 { return float64(e.Compiled()) }),
 	)

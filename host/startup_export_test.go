@@ -19,3 +19,6 @@ func KnowsNode(n *Node, id string) bool {
 	}
 	return false
 }
+
+// PooledInstances is how many instances n's engine holds made ahead.
+func PooledInstances(n *Node) int { return n.engine.Pooled() }

@@ -57,6 +57,10 @@ type Config struct {
 	MaxModuleSize int
 	// CacheDir holds compiled code across restarts; "" keeps it in memory.
 	CacheDir string
+	// PoolSize is how many instances the engine keeps made ahead for the
+	// next activation of a module just instantiated (0: none; see
+	// InstantiatePooled).
+	PoolSize int
 	// Logger receives guest log lines.
 	Logger *slog.Logger
 }
@@ -68,6 +72,7 @@ func DefaultConfig() Config {
 		InitBudget:       DefaultBudget,
 		MemoryLimitPages: DefaultMemoryLimitPages,
 		MaxModuleSize:    DefaultMaxModuleSize,
+		PoolSize:         DefaultPoolSize,
 		Logger:           slog.Default(),
 	}
 }
@@ -80,6 +85,9 @@ func (c Config) Validate() error {
 	}
 	if c.MemoryLimitPages == 0 || c.MemoryLimitPages > 65536 {
 		errs = append(errs, errors.New("memory limit must be 1..65536 pages"))
+	}
+	if c.PoolSize < 0 {
+		errs = append(errs, errors.New("instance pool size must be 0 or more"))
 	}
 	if c.MaxModuleSize <= 0 {
 		errs = append(errs, errors.New("max module size must be positive"))
@@ -152,6 +160,8 @@ type Engine struct {
 	codes  map[string]*code
 	// compiles counts modules compiled (not served from codes).
 	compiles atomic.Int64
+	// pool holds instances made ahead for activations.
+	pool instancePool
 
 	stop    chan struct{}
 	stopped chan struct{}
@@ -212,6 +222,7 @@ func (e *Engine) Config() Config { return e.cfg }
 func (e *Engine) Close(ctx context.Context) error {
 	e.closeMu.Do(func() { close(e.stop) })
 	<-e.stopped
+	e.closePool()
 	// Wait for compiles and instantiations in flight (a handler that a
 	// shutdown's deadline did not wait for): wazero panics on a runtime
 	// closed under them.
@@ -235,11 +246,16 @@ func (e *Engine) watchdog() {
 	tick = min(max(tick, time.Millisecond), 100*time.Millisecond)
 	t := time.NewTicker(tick)
 	defer t.Stop()
+	lastExpire := time.Now()
 	for {
 		select {
 		case <-e.stop:
 			return
 		case <-t.C:
+		}
+		if time.Since(lastExpire) >= time.Second {
+			lastExpire = time.Now()
+			e.expirePool(lastExpire)
 		}
 		now := e.now()
 		e.mu.Lock()

@@ -309,6 +309,16 @@ func init() {
 		v, _ := sdk.Get("touched")
 		return v, nil
 	})
+	// remember keeps the payload in the instance's memory, not in state;
+	// recall returns it: what one object leaves in an instance, another
+	// object must never see.
+	sdk.Method("remember", func(p []byte) ([]byte, error) {
+		remembered = append([]byte(nil), p...)
+		return nil, nil
+	})
+	sdk.Method("recall", func([]byte) ([]byte, error) { return remembered, nil })
 }
+
+var remembered []byte
 
 func main() {}
