@@ -162,14 +162,23 @@ func (n *Node) retire(id ObjectID) {
 // them: their deliveries go on without waiting for a call.
 func (n *Node) takeOver(gone string) {
 	ctx := n.bgContext
+	want := map[string][]string{}
 	for _, id := range n.replicas.copyIDs() {
 		if h, err := n.cluster.Holder(ctx, cluster.Object(id)); err != nil || h != gone {
 			continue
 		}
 		if h, err := n.cluster.Home(ctx, cluster.Object(id)); err == nil && h == n.id {
 			n.kick(id)
+			// Its copies are on the nodes next in its order now: this
+			// node's copy became the home file, and one more node keeps
+			// one. An idle object would otherwise wait for its next
+			// write to have them again.
+			for _, c := range n.cluster.Copies(cluster.Object(id), n.id, n.replicas.copies) {
+				want[c] = append(want[c], id.String())
+			}
 		}
 	}
+	n.askCopies(ctx, want)
 }
 
 // recopy, after node gone left, asks the nodes that keep copies of the
@@ -191,6 +200,12 @@ func (n *Node) recopy(gone string) {
 			want[c] = append(want[c], id.String())
 		}
 	}
+	n.askCopies(ctx, want)
+}
+
+// askCopies asks each node to make its copies of the objects (homed here)
+// listed for it, 1,000 per request.
+func (n *Node) askCopies(ctx context.Context, want map[string][]string) {
 	for node, objs := range want {
 		for len(objs) > 0 {
 			k := min(len(objs), 1000)
@@ -212,8 +227,8 @@ type copiesRequest struct {
 }
 
 // copiesLocal makes, in the background, this node's copies of the objects
-// named (those it keeps while Home holds them), caught up to their
-// streams' ends.
+// named (those Home, which holds them, says this node keeps), caught up to
+// their streams' ends.
 func (n *Node) copiesLocal(_ context.Context, req copiesRequest) (*struct{}, error) {
 	if n.replicas == nil {
 		return nil, nil
@@ -221,12 +236,16 @@ func (n *Node) copiesLocal(_ context.Context, req copiesRequest) (*struct{}, err
 	go func() {
 		for _, s := range req.Objects {
 			id, err := ParseObjectID(s)
-			if err != nil || !n.replicas.keeps(id, req.Home) || n.objects.isActive(id) {
+			// The home's view of who keeps a copy is the one to follow:
+			// this node may not have seen the node that left go yet, and
+			// would think itself no copy. A copy it keeps for nothing is
+			// dropped at the object's next change set.
+			if err != nil || n.objects.isActive(id) {
 				continue
 			}
 			if err := n.replicas.ensure(n.bgContext, id); err != nil {
 				n.log.Warn("make a copy", slog.String("object", s), slog.Any("err", err))
-				n.replicas.retry(n.bgContext, id, req.Home)
+				n.replicas.retry(n.bgContext, id, "")
 			}
 		}
 	}()

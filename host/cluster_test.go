@@ -434,17 +434,7 @@ func TestD22_ReadPathOwnCopyThenHolder(t *testing.T) {
 		rep.Copies = nil
 		return pub.Replicas(context.Background(), "hostile/pub", &rep) == nil && len(rep.Copies) == 2
 	})
-	var withCopy, without *host.Node
-	for _, n := range nodes[1:] {
-		if n.ID() == rep.Copies[1].Node {
-			withCopy = n
-		} else {
-			without = n
-		}
-	}
-	if withCopy == nil || without == nil {
-		t.Fatalf("copies %+v: want the home's file and one copy on node 1 or 2", rep.Copies)
-	}
+	withCopy, without := splitByCopy(t, nodes[1:], rep.Copies[1].Node)
 	cw, co := &hclient.Client{Base: withCopy.URL()}, &hclient.Client{Base: without.URL()}
 	dcall(t, cw, "hostile/fa", "follow", `{"publisher":"hostile/pub","topic":"t"}`)
 	dcall(t, co, "hostile/fb", "follow", `{"publisher":"hostile/pub","topic":"t"}`)
@@ -523,17 +513,7 @@ func TestCopyMadeAfterAPurgeRestoresTheSnapshot(t *testing.T) {
 		rep = host.ReplicaReport{}
 		return a.Replicas(ctx, "chat/room1", &rep) == nil && len(rep.Copies) == 2
 	})
-	var gone, next *host.Node
-	for _, n := range nodes[1:] {
-		if n.ID() == rep.Copies[1].Node {
-			gone = n
-		} else {
-			next = n
-		}
-	}
-	if gone == nil || next == nil {
-		t.Fatalf("copies %+v", rep.Copies)
-	}
+	gone, next := splitByCopy(t, nodes[1:], rep.Copies[1].Node)
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	gone.Shutdown(sctx)
 	cancel()
@@ -587,15 +567,7 @@ func TestIdleObjectGetsItsCopyBackWhenACopyNodeLeaves(t *testing.T) {
 		return a.Replicas(ctx, "chat/room1", &rep) == nil && len(rep.Copies) == 2 && rep.Copies[1].Position == rep.Copies[0].Position
 	})
 	home, first := rep.Copies[0], rep.Copies[1].Node
-	var gone *host.Node
-	for _, n := range nodes[1:] {
-		if n.ID() == first {
-			gone = n
-		}
-	}
-	if gone == nil {
-		t.Fatalf("copies %+v", rep.Copies)
-	}
+	gone, _ := splitByCopy(t, nodes[1:], first)
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	gone.Shutdown(sctx)
 	cancel()
@@ -606,5 +578,67 @@ func TestIdleObjectGetsItsCopyBackWhenACopyNodeLeaves(t *testing.T) {
 			return false
 		}
 		return rep.Copies[1].Node != first && rep.Copies[1].Position == home.Position
+	})
+}
+
+// splitByCopy returns, of two nodes besides an object's home, the one
+// whose id is copy and the other.
+func splitByCopy(t *testing.T, nodes []*host.Node, copy string) (with, without *host.Node) {
+	t.Helper()
+	for _, n := range nodes {
+		if n.ID() == copy {
+			with = n
+		} else {
+			without = n
+		}
+	}
+	if with == nil || without == nil {
+		t.Fatalf("copy on %s: want it on one of the two nodes besides the home", copy)
+	}
+	return with, without
+}
+
+// An idle object taken over after its home left has all its copies again
+// at once: its successor's copy became the home file, and the node next
+// in the object's order makes one, without waiting for a write.
+func TestIdleObjectTakenOverGetsItsCopiesBack(t *testing.T) {
+	t.Parallel()
+	nodes, _ := hosttest.Cluster(t, 4, hosttest.Options{Programs: clusterPrograms, Configure: func(c *host.Config) {
+		c.Replicas = 2
+	}})
+	ctx := context.Background()
+	a := &hclient.Client{Base: nodes[0].URL()}
+	for i := range 10 {
+		dcall(t, a, "chat/room1", "post", fmt.Sprintf(`{"author":"a%d","text":"x"}`, i)) // home on node 0
+	}
+	var rep host.ReplicaReport
+	waitUntil(t, "the room has its two current copies", 30*time.Second, func() bool {
+		rep = host.ReplicaReport{}
+		return a.Replicas(ctx, "chat/room1", &rep) == nil && len(rep.Copies) == 3 &&
+			rep.Copies[1].Position == rep.Copies[0].Position && rep.Copies[2].Position == rep.Copies[0].Position
+	})
+	old := rep.Copies[0]
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	nodes[0].Shutdown(sctx)
+	cancel()
+	b := &hclient.Client{Base: nodes[1].URL()}
+	// No call: the room is idle.
+	defer func() {
+		if t.Failed() {
+			t.Logf("the last report: %+v", rep)
+		}
+	}()
+	waitUntil(t, "a new home and two copies at its position", 60*time.Second, func() bool {
+		rep = host.ReplicaReport{}
+		if b.Replicas(ctx, "chat/room1", &rep) != nil || len(rep.Copies) != 3 || rep.Home == old.Node {
+			return false
+		}
+		for _, c := range rep.Copies {
+			// The new home's takeover mark is a change set of its own.
+			if c.Node == old.Node || c.Position != rep.Copies[0].Position || c.Position.Applied <= old.Position.Applied {
+				return false
+			}
+		}
+		return true
 	})
 }

@@ -349,6 +349,9 @@ func (n *Node) open(ctx context.Context) error {
 	}
 	n.conns = newConns(n.bgContext, n, n.shaper, topics, n.log)
 	n.metrics.connectionCounters(n.conns)
+	// The pump exists before the cluster starts: a node gone from then on
+	// (a takeover) kicks pumps, even while the rest of this starts.
+	n.pump = delivery.NewPump(cfg.Delivery, remoteTransport{n}, clusterMembership{n.cluster}, n.metrics, n.log)
 	if err := n.cluster.Start(ctx); err != nil {
 		return err
 	}
@@ -369,7 +372,6 @@ func (n *Node) open(ctx context.Context) error {
 		}
 		scanUsage(cfg.DataDir, n.usage)
 	}
-	n.pump = delivery.NewPump(cfg.Delivery, remoteTransport{n}, clusterMembership{n.cluster}, n.metrics, n.log)
 	return n.subscribe()
 }
 

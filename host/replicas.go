@@ -103,7 +103,8 @@ const (
 // retry makes this node's copy of id current in the background after a
 // failure (a stream or the snapshot store without a leader for a while,
 // after a node left), backing off between attempts, until it succeeds,
-// the object is active here or no longer kept here while home holds it,
+// the object is active here or no longer kept here while home holds it
+// (home "": the object's home asked for the copy, which settles it),
 // the attempts run out, or ctx ends. Otherwise an idle object's copy
 // would wait for the object's next write.
 func (r *replicas) retry(ctx context.Context, id ObjectID, home string) {
@@ -123,7 +124,7 @@ func (r *replicas) retry(ctx context.Context, id ObjectID, home string) {
 				return
 			case <-t.C:
 			}
-			if r.active(id) || !r.keeps(id, home) {
+			if r.active(id) || home != "" && !r.keeps(id, home) {
 				return
 			}
 			err := r.ensure(ctx, id)
