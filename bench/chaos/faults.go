@@ -1,0 +1,146 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/durable-host/host/bench"
+)
+
+// The kinds of fault.
+const (
+	Kill9   = "kill9"   // SIGKILL, a short time down, started again on its data
+	Pause   = "pause"   // SIGSTOP past the lease TTL, then SIGCONT
+	Restart = "restart" // SIGTERM (graceful), started again on its data
+)
+
+// Kinds are the fault kinds; each round of the schedule takes all of them
+// in a seeded order.
+var Kinds = []string{Kill9, Pause, Restart}
+
+// Fault is one injected fault. Start and End are ns since the run's start:
+// from the signal to the cluster listing every node again.
+type Fault struct {
+	Kind  string `json:"kind"`
+	Node  int    `json:"node"`
+	Start int64  `json:"start"`
+	End   int64  `json:"end"`
+	Note  string `json:"note,omitempty"`
+}
+
+func (f Fault) String() string {
+	s := fmt.Sprintf("%-7s node %d  [%.1f s, %.1f s]", f.Kind, f.Node, sec(f.Start), sec(f.End))
+	if f.Note != "" {
+		s += "  " + f.Note
+	}
+	return s
+}
+
+// schedule injects faults, one node at a time, until ctx ends, and lets the
+// cluster heal after each: the fault in progress when ctx ends is
+// finished. It returns the faults and the first error that left the
+// cluster unhealed.
+type schedule struct {
+	cfg     Config
+	cluster *bench.Cluster
+	nodes   *nodes
+	rec     *Recorder
+}
+
+func (s *schedule) run(ctx context.Context) ([]Fault, error) {
+	rng := rand.New(rand.NewPCG(s.cfg.Seed, 1))
+	var faults []Fault
+	var round []int
+	for {
+		gap := time.Duration(float64(s.cfg.FaultGap) * (0.5 + rng.Float64()))
+		select {
+		case <-ctx.Done():
+			return faults, nil
+		case <-time.After(gap):
+		}
+		if len(round) == 0 {
+			round = rng.Perm(len(Kinds))
+		}
+		kind := Kinds[round[0]]
+		round = round[1:]
+		f := Fault{Kind: kind, Node: rng.IntN(len(s.cluster.Nodes)), Start: s.rec.Now()}
+		err := s.inject(&f, rng)
+		f.End = s.rec.Now()
+		faults = append(faults, f)
+		if s.cfg.Progress != nil {
+			s.cfg.Progress("fault: "+kind, len(faults), len(faults))
+		}
+		if err != nil {
+			return faults, fmt.Errorf("%s of node %d at %.1f s: %w", kind, f.Node, sec(f.Start), err)
+		}
+	}
+}
+
+// inject runs one fault and waits for the cluster to list every node again.
+func (s *schedule) inject(f *Fault, rng *rand.Rand) error {
+	i := f.Node
+	// A fault is not cut short by the run's end: the cluster is healed
+	// before the final reads.
+	ctx := context.Background()
+	s.nodes.setDown(i, true)
+	switch f.Kind {
+	case Kill9:
+		if err := s.cluster.Kill9(i); err != nil {
+			return err
+		}
+		time.Sleep(500*time.Millisecond + time.Duration(rng.Int64N(int64(2*time.Second))))
+		s.nodes.restarted(i)
+		if err := s.cluster.Start(i); err != nil {
+			return err
+		}
+	case Pause:
+		if err := s.cluster.Pause(i); err != nil {
+			return err
+		}
+		time.Sleep(s.cfg.LeaseTTL + time.Second + time.Duration(rng.Int64N(int64(2*time.Second))))
+		if err := s.cluster.Resume(i); err != nil {
+			return err
+		}
+		// A node that finds its lease gone may leave; it is started again.
+		time.Sleep(500 * time.Millisecond)
+		if !s.cluster.Running(i) {
+			f.Note = "exited after SIGCONT; started again"
+			s.nodes.restarted(i)
+			if err := s.cluster.Start(i); err != nil {
+				return err
+			}
+		}
+	case Restart:
+		s.nodes.restarted(i)
+		if err := s.cluster.Restart(ctx, i); err != nil {
+			return err
+		}
+	}
+	if err := s.waitHealthy(ctx, i); err != nil {
+		return err
+	}
+	s.nodes.setDown(i, false)
+	return s.cluster.WaitMembers(ctx, s.cfg.HealTimeout)
+}
+
+// waitHealthy waits for node i to answer /healthz.
+func (s *schedule) waitHealthy(ctx context.Context, i int) error {
+	deadline := time.Now().Add(s.cfg.HealTimeout)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		_, err := s.cluster.NodeID(cctx, i)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if !s.cluster.Running(i) {
+			return fmt.Errorf("node %d exited: %s", i, s.cluster.Exited())
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("node %d does not answer /healthz after %v: %w", i, s.cfg.HealTimeout, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
