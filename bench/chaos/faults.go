@@ -21,7 +21,7 @@ const (
 var Kinds = []string{Kill9, Pause, Restart}
 
 // Fault is one injected fault. Start and End are ns since the run's start:
-// from the signal to the cluster listing every node again.
+// from the signal to the cluster being whole again (see waitHealed).
 type Fault struct {
 	Kind  string `json:"kind"`
 	Node  int    `json:"node"`
@@ -66,7 +66,7 @@ func (s *schedule) run(ctx context.Context) ([]Fault, error) {
 		kind := Kinds[round[0]]
 		round = round[1:]
 		f := Fault{Kind: kind, Node: rng.IntN(len(s.cluster.Nodes)), Start: s.rec.Now()}
-		err := s.inject(&f, rng)
+		err := s.inject(&f, rng, func() bool { return ctx.Err() == nil })
 		f.End = s.rec.Now()
 		faults = append(faults, f)
 		if s.cfg.Progress != nil {
@@ -78,8 +78,11 @@ func (s *schedule) run(ctx context.Context) ([]Fault, error) {
 	}
 }
 
-// inject runs one fault and waits for the cluster to list every node again.
-func (s *schedule) inject(f *Fault, rng *rand.Rand) error {
+// inject runs one fault and waits for the cluster to be whole again; its
+// objects' copies too while writing says so (the clients still write: an
+// object the clients left idle may stay a copy short, which the run
+// reports at its end).
+func (s *schedule) inject(f *Fault, rng *rand.Rand, writing func() bool) error {
 	i := f.Node
 	// A fault is not cut short by the run's end: the cluster is healed
 	// before the final reads.
@@ -122,7 +125,95 @@ func (s *schedule) inject(f *Fault, rng *rand.Rand) error {
 		return err
 	}
 	s.nodes.setDown(i, false)
-	return s.cluster.WaitMembers(ctx, s.cfg.HealTimeout)
+	return s.waitHealed(ctx, writing)
+}
+
+// waitHealed waits until the cluster is whole again, so that the next
+// fault is the only one: every node lists exactly the live nodes' ids (a
+// killed node's old id lingers until its lease lapses, and its objects are
+// taken over only then), every object has a live home and, while copies
+// says so, its copies again, none far behind.
+func (s *schedule) waitHealed(ctx context.Context, copies func() bool) error {
+	deadline := time.Now().Add(s.cfg.HealTimeout)
+	for {
+		why, short := s.unhealed(ctx)
+		if why == "" && (!copies() || len(short) == 0) {
+			return nil
+		}
+		if why == "" {
+			why = short[0]
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not whole %v after the fault: %s", s.cfg.HealTimeout, why)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// unhealed says what is not whole yet ("" when the nodes and homes are),
+// and which objects have fewer current copies than they want.
+func (s *schedule) unhealed(ctx context.Context) (why string, short []string) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	live := map[string]bool{}
+	for i := range s.cluster.Nodes {
+		id, err := s.cluster.NodeID(ctx, i)
+		if err != nil {
+			return fmt.Sprintf("node %d: %v", i, err), nil
+		}
+		live[id] = true
+	}
+	for i, n := range s.cluster.Nodes {
+		var v struct {
+			Nodes []struct {
+				ID string `json:"id"`
+			} `json:"nodes"`
+		}
+		if err := n.Client.Cluster(ctx, &v); err != nil {
+			return fmt.Sprintf("node %d: %v", i, err), nil
+		}
+		if len(v.Nodes) != len(live) {
+			return fmt.Sprintf("node %d lists %d nodes, %d are live", i, len(v.Nodes), len(live)), nil
+		}
+		for _, m := range v.Nodes {
+			if !live[m.ID] {
+				return fmt.Sprintf("node %d lists %s, which is gone", i, m.ID), nil
+			}
+		}
+	}
+	for k := range s.cfg.Objects {
+		obj := objectName(k)
+		var rep struct {
+			Home   string `json:"home"`
+			Want   int    `json:"want"`
+			Copies []struct {
+				Node string `json:"node"`
+				Home bool   `json:"home"`
+				Lag  uint64 `json:"lag"`
+			} `json:"copies"`
+		}
+		if err := s.cluster.Nodes[k%len(s.cluster.Nodes)].Client.Replicas(ctx, obj, &rep); err != nil {
+			return fmt.Sprintf("%s: %v", obj, err), nil
+		}
+		if rep.Home == "" {
+			continue // not used yet
+		}
+		if !live[rep.Home] {
+			return fmt.Sprintf("%s's home %s is gone", obj, rep.Home), nil
+		}
+		copies := 0
+		for _, c := range rep.Copies {
+			// A few change sets behind is a copy applying the clients'
+			// writes as they come.
+			if !c.Home && live[c.Node] && c.Lag <= 16 {
+				copies++
+			}
+		}
+		if copies < rep.Want {
+			short = append(short, fmt.Sprintf("%s has %d current copies of %d", obj, copies, rep.Want))
+		}
+	}
+	return "", short
 }
 
 // waitHealthy waits for node i to answer /healthz.
