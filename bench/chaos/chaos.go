@@ -179,13 +179,12 @@ func run(ctx context.Context, cfg Config, dir string, res *Result) error {
 
 	runCtx, stopRun := context.WithTimeout(ctx, cfg.Duration)
 	defer stopRun()
-	var faults []Fault
+	sched := &schedule{cfg: cfg, cluster: cluster, nodes: ns, rec: rec, writing: func() bool { return runCtx.Err() == nil }}
 	var faultErr error
 	faultsDone := make(chan struct{})
 	go func() {
 		defer close(faultsDone)
-		s := &schedule{cfg: cfg, cluster: cluster, nodes: ns, rec: rec}
-		faults, faultErr = s.run(runCtx)
+		_, faultErr = sched.run(runCtx)
 	}()
 	var clients sync.WaitGroup
 	for c := range cfg.Clients {
@@ -208,7 +207,6 @@ func run(ctx context.Context, cfg Config, dir string, res *Result) error {
 	}
 	clients.Wait()
 	<-faultsDone
-	res.Faults = faults
 	// A cluster that did not heal is a finding too, but the checks still
 	// run on what the clients saw: they say whether anything was lost.
 	var healErr error
@@ -218,13 +216,19 @@ func run(ctx context.Context, cfg Config, dir string, res *Result) error {
 		// The final reads need live homes, not copies: an object taken
 		// over after the clients stopped may stay a copy short while idle
 		// (reported, below), and nothing the checks read depends on it.
-		heal := &schedule{cfg: cfg, cluster: cluster, nodes: ns, rec: rec}
-		if err := heal.waitHealed(ctx, func() bool { return false }); err != nil {
+		if err := sched.waitHealed(ctx); err != nil {
 			healErr = fmt.Errorf("the cluster did not heal after the run: %w (seed %d, logs in %s)", err, cfg.Seed, dir)
 		} else {
 			// Given the time a copy takes when it is made at once.
 			time.Sleep(5 * time.Second)
-			_, res.CopiesShort = heal.unhealed(ctx)
+			_, res.CopiesShort = sched.unhealed(ctx)
+		}
+	}
+	faults := sched.faults
+	res.Faults = faults
+	for _, f := range faults {
+		if f.Kind == Exited {
+			res.Violations = append(res.Violations, Violation{Check: NodeExited, Detail: fmt.Sprintf("node %d exited on its own (found at %.1f s); started again:\n%s", f.Node, sec(f.Start), f.Note)})
 		}
 	}
 
@@ -239,12 +243,21 @@ func run(ctx context.Context, cfg Config, dir string, res *Result) error {
 			res.Violations = append(res.Violations, Violation{Check: LogConsistency, Object: obj, Detail: fmt.Sprintf("no final value: %v", err)})
 			continue
 		}
-		final[obj] = v
-		l, err := readLog(ctx, cluster.Nodes[(i+1)%cfg.Nodes].Client, obj, v)
-		if err != nil {
-			res.Violations = append(res.Violations, Violation{Check: LogConsistency, Object: obj, Detail: err.Error()})
+		// Through the next node, else any other: a log no node will
+		// read is one violation, and leaves the object unchecked (its
+		// writes are not all "lost" because a read failed).
+		var errs []error
+		for k := range cfg.Nodes {
+			l, err := readLog(ctx, cluster.Nodes[(i+1+k)%cfg.Nodes].Client, obj, v)
+			if err == nil {
+				final[obj], logs[obj] = v, l
+				break
+			}
+			errs = append(errs, err)
 		}
-		logs[obj] = l
+		if _, ok := final[obj]; !ok {
+			res.Violations = append(res.Violations, Violation{Check: LogConsistency, Object: obj, Detail: fmt.Sprintf("no node reads the log to its final value %d: %v", v, errors.Join(errs...))})
+		}
 	}
 	stopMon()
 	<-monDone

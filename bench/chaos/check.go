@@ -47,6 +47,7 @@ const (
 	AppliedTwice    = "write applied twice"
 	LogConsistency  = "log consistent"
 	NodeIDReuse     = "node ids never reused"
+	NodeExited      = "no node exits on its own"
 )
 
 // Applied maps each write's amount to the value its add produced, as the

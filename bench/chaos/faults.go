@@ -14,6 +14,9 @@ const (
 	Kill9   = "kill9"   // SIGKILL, a short time down, started again on its data
 	Pause   = "pause"   // SIGSTOP past the lease TTL, then SIGCONT
 	Restart = "restart" // SIGTERM (graceful), started again on its data
+	// Exited is not scheduled: a node that exited on its own (a crash),
+	// found and started again so the run goes on; each is a violation.
+	Exited = "exited"
 )
 
 // Kinds are the fault kinds; each round of the schedule takes all of them
@@ -47,18 +50,22 @@ type schedule struct {
 	cluster *bench.Cluster
 	nodes   *nodes
 	rec     *Recorder
+	// writing says whether the clients still write; a heal waits for
+	// every object's copies only then.
+	writing func() bool
+	faults  []Fault
 }
 
 func (s *schedule) run(ctx context.Context) ([]Fault, error) {
 	rng := rand.New(rand.NewPCG(s.cfg.Seed, 1))
-	var faults []Fault
 	var round []int
 	for {
 		gap := time.Duration(float64(s.cfg.FaultGap) * (0.5 + rng.Float64()))
-		select {
-		case <-ctx.Done():
-			return faults, nil
-		case <-time.After(gap):
+		if err := s.idle(ctx, gap); err != nil {
+			return s.faults, err
+		}
+		if ctx.Err() != nil {
+			return s.faults, nil
 		}
 		if len(round) == 0 {
 			round = rng.Perm(len(Kinds))
@@ -66,23 +73,64 @@ func (s *schedule) run(ctx context.Context) ([]Fault, error) {
 		kind := Kinds[round[0]]
 		round = round[1:]
 		f := Fault{Kind: kind, Node: rng.IntN(len(s.cluster.Nodes)), Start: s.rec.Now()}
-		err := s.inject(&f, rng, func() bool { return ctx.Err() == nil })
+		s.writing = func() bool { return ctx.Err() == nil }
+		err := s.inject(&f, rng)
 		f.End = s.rec.Now()
-		faults = append(faults, f)
+		s.faults = append(s.faults, f)
 		if s.cfg.Progress != nil {
-			s.cfg.Progress("fault: "+kind, len(faults), len(faults))
+			s.cfg.Progress("fault: "+kind, len(s.faults), len(s.faults))
 		}
 		if err != nil {
-			return faults, fmt.Errorf("%s of node %d at %.1f s: %w", kind, f.Node, sec(f.Start), err)
+			return s.faults, fmt.Errorf("%s of node %d at %.1f s: %w", kind, f.Node, sec(f.Start), err)
 		}
 	}
 }
 
+// idle waits d (or until ctx ends), starting again any node that exited
+// on its own meanwhile.
+func (s *schedule) idle(ctx context.Context, d time.Duration) error {
+	end := time.Now().Add(d)
+	for time.Now().Before(end) && ctx.Err() == nil {
+		if err := s.revive(); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(min(250*time.Millisecond, time.Until(end))):
+		}
+	}
+	return nil
+}
+
+// revive finds the nodes that exited though no fault stopped them,
+// records each (with its log's tail: a panic's trace) and starts it again
+// on its data directory.
+func (s *schedule) revive() error {
+	for i := range s.cluster.Nodes {
+		if s.nodes.isDown(i) || s.cluster.Running(i) {
+			continue
+		}
+		f := Fault{Kind: Exited, Node: i, Start: s.rec.Now(), Note: s.cluster.Exited()}
+		s.nodes.setDown(i, true)
+		s.nodes.restarted(i)
+		if err := s.cluster.Start(i); err != nil {
+			return err
+		}
+		err := s.waitHealthy(context.Background(), i)
+		s.nodes.setDown(i, false)
+		f.End = s.rec.Now()
+		s.faults = append(s.faults, f)
+		if err != nil {
+			return fmt.Errorf("node %d exited on its own and did not come back: %w", i, err)
+		}
+	}
+	return nil
+}
+
 // inject runs one fault and waits for the cluster to be whole again; its
-// objects' copies too while writing says so (the clients still write: an
-// object the clients left idle may stay a copy short, which the run
-// reports at its end).
-func (s *schedule) inject(f *Fault, rng *rand.Rand, writing func() bool) error {
+// objects' copies too while the clients still write (an object the clients
+// left idle may stay a copy short, which the run reports at its end).
+func (s *schedule) inject(f *Fault, rng *rand.Rand) error {
 	i := f.Node
 	// A fault is not cut short by the run's end: the cluster is healed
 	// before the final reads.
@@ -125,19 +173,23 @@ func (s *schedule) inject(f *Fault, rng *rand.Rand, writing func() bool) error {
 		return err
 	}
 	s.nodes.setDown(i, false)
-	return s.waitHealed(ctx, writing)
+	return s.waitHealed(ctx)
 }
 
 // waitHealed waits until the cluster is whole again, so that the next
 // fault is the only one: every node lists exactly the live nodes' ids (a
 // killed node's old id lingers until its lease lapses, and its objects are
-// taken over only then), every object has a live home and, while copies
-// says so, its copies again, none far behind.
-func (s *schedule) waitHealed(ctx context.Context, copies func() bool) error {
+// taken over only then), every object has a live home and, while the
+// clients write, its copies again, none far behind. A node that exited on
+// its own meanwhile is started again.
+func (s *schedule) waitHealed(ctx context.Context) error {
 	deadline := time.Now().Add(s.cfg.HealTimeout)
 	for {
+		if err := s.revive(); err != nil {
+			return err
+		}
 		why, short := s.unhealed(ctx)
-		if why == "" && (!copies() || len(short) == 0) {
+		if why == "" && (!s.writing() || len(short) == 0) {
 			return nil
 		}
 		if why == "" {

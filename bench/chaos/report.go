@@ -141,7 +141,7 @@ func (r *Result) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "chaos soak: %d nodes, %d objects, %d clients, %s, lease TTL %s, seed %d\n", r.Nodes, r.Objects, r.Clients, r.Duration, r.LeaseTTL, r.Seed)
 	fmt.Fprintf(w, "operations   %d (%d adds, %d gets): %d ok, %d ambiguous, %d refused\n", r.Ops, r.Writes, r.Reads, r.Outcomes[string(OK)], r.Outcomes[string(Ambiguous)], r.Outcomes[string(Refused)])
 	var kinds []string
-	for _, k := range Kinds {
+	for _, k := range append(Kinds, Exited) {
 		kinds = append(kinds, fmt.Sprintf("%s %d", k, r.FaultKind[k]))
 	}
 	fmt.Fprintf(w, "faults       %d (%s); node ids seen %d; leases lost %d (%d by pauses)\n", len(r.Faults), strings.Join(kinds, ", "), r.IDs, r.LeasesLost, r.FaultKind[Pause])
@@ -161,8 +161,18 @@ func (r *Result) WriteTable(w io.Writer) {
 			worst.Object, worst.LongestDownMs/1e3, longest/n/1e3, 100*failed/n)
 	}
 	fmt.Fprintf(w, "checks       linearizable %d/%d objects; violations %d\n", r.Linearizable, r.Objects, len(r.Violations))
+	// A few of each kind per object: a lost log makes thousands alike.
+	shown := map[[2]string]int{}
 	for _, v := range r.Violations {
-		fmt.Fprintf(w, "VIOLATION %s\n", v)
+		k := [2]string{v.Check, v.Object}
+		if shown[k]++; shown[k] <= 5 {
+			fmt.Fprintf(w, "VIOLATION %s\n", v)
+		}
+	}
+	for k, n := range shown {
+		if n > 5 {
+			fmt.Fprintf(w, "VIOLATION %s: %s: %d more like these (--json lists all)\n", k[0], k[1], n-5)
+		}
 	}
 	for _, c := range r.CopiesShort {
 		fmt.Fprintf(w, "COPIES SHORT after the run: %s\n", c)

@@ -36,6 +36,12 @@ func (s *nodes) setDown(i int, down bool) {
 	s.mu.Unlock()
 }
 
+func (s *nodes) isDown(i int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.down[i]
+}
+
 func (s *nodes) restarted(i int) {
 	s.mu.Lock()
 	s.start[i]++
