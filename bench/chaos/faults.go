@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/durable-host/host/bench"
@@ -36,7 +37,16 @@ type Fault struct {
 func (f Fault) String() string {
 	s := fmt.Sprintf("%-7s node %d  [%.1f s, %.1f s]", f.Kind, f.Node, sec(f.Start), sec(f.End))
 	if f.Note != "" {
-		s += "  " + f.Note
+		// The first line, and a panic's, if any: the rest is in the
+		// violation and the node's log.
+		lines := strings.Split(f.Note, "\n")
+		s += "  " + lines[0]
+		for _, l := range lines[1:] {
+			if strings.HasPrefix(l, "panic: ") {
+				s += "; " + l
+				break
+			}
+		}
 	}
 	return s
 }
