@@ -69,7 +69,8 @@ type Config struct {
 	// cut off is reported as undecided, a failure.
 	CheckTimeout time.Duration
 	// Dir keeps the nodes' data and logs ("" = a temporary directory,
-	// removed after a clean run and kept after a violation).
+	// removed after a clean run, kept after a violation or when objects
+	// were left short of copies).
 	Dir string
 	// LogLevel is the nodes' --log-level (info).
 	LogLevel string
@@ -130,7 +131,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err != nil {
 		res.Error = err.Error()
 	}
-	if temp && err == nil && len(res.Violations) == 0 {
+	if temp && err == nil && len(res.Violations) == 0 && len(res.CopiesShort) == 0 {
 		os.RemoveAll(dir)
 		res.Dir = ""
 	}
