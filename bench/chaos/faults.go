@@ -161,13 +161,14 @@ func (s *schedule) inject(f *Fault, rng *rand.Rand) error {
 			return err
 		}
 		time.Sleep(s.cfg.LeaseTTL + time.Second + time.Duration(rng.Int64N(int64(2*time.Second))))
-		if err := s.cluster.Resume(i); err != nil {
+		if err := s.cluster.Resume(i); err != nil && s.cluster.Running(i) {
 			return err
 		}
 		// A node that finds its lease gone may leave; it is started again.
+		// (A stopped process can only die of SIGKILL: from outside.)
 		time.Sleep(500 * time.Millisecond)
 		if !s.cluster.Running(i) {
-			f.Note = "exited after SIGCONT; started again"
+			f.Note = "exited while paused or after SIGCONT; started again: " + s.cluster.Exited()
 			s.nodes.restarted(i)
 			if err := s.cluster.Start(i); err != nil {
 				return err
