@@ -17,13 +17,14 @@ import (
 	"github.com/durable-host/host/bench/chaos"
 )
 
-// benchCommand is `host bench fanout` and `host bench followers`. The flags
-// sit on `bench` itself (the subcommands read them through their parent),
-// so they may come before or after the subcommand's name.
+// benchCommand is `host bench fanout`, `host bench followers` and `host
+// bench chaos`. The fan-out flags sit on `bench` itself (the subcommands
+// read them through their parent), so they may come before or after the
+// subcommand's name; chaos has flags of its own, after its name.
 func benchCommand(stdout, stderr io.Writer) *cli.Command {
 	return &cli.Command{
 		Name:  "bench",
-		Usage: "benchmark fan-out across node processes on this machine: fanout (WebSocket watchers) or followers (durable objects)",
+		Usage: "benchmark fan-out across node processes on this machine: fanout (WebSocket watchers) or followers (durable objects); chaos: the chaos soak",
 		Description: `Starts --nodes "host serve" processes of this binary on loopback (each its own
 temporary data directory, HTTP port and NATS route port, clustered), uploads
 the chat and tally examples, and publishes --messages messages to chat/room1
