@@ -3,6 +3,7 @@ module github.com/durable-host/host
 go 1.26.8
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/chromedp/chromedp v0.23.1
 	github.com/coder/websocket v1.8.15
 	github.com/klauspost/compress v1.20.4

@@ -2,9 +2,7 @@ package bench
 
 import (
 	"context"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"testing"
 	"time"
 )
@@ -59,16 +57,12 @@ func checkFanout(t *testing.T, nodes, watchers, messages int, limit time.Duratio
 	}
 }
 
-// buildHost builds the host binary (without the race detector: the nodes
-// are the system under test, the clients run in this process).
+// buildHost builds the host binary into dir.
 func buildHost(t *testing.T, dir string) string {
 	t.Helper()
-	exe := filepath.Join(dir, "host")
-	_, file, _, _ := runtime.Caller(0)
-	build := exec.Command("go", "build", "-o", exe, "./cmd/host")
-	build.Dir = filepath.Dir(filepath.Dir(file))
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	exe, err := BuildHost(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return exe
 }

@@ -69,6 +69,8 @@ type ClusterConfig struct {
 	CacheSeed string
 	// Progress, if set, hears about startup.
 	Progress Progress
+	// Args are more `host serve` flags for every node (e.g. --replicas).
+	Args []string
 }
 
 // Node is one running `host serve` process.
@@ -179,6 +181,7 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 			"--lease-ttl", cfg.LeaseTTL.String(),
 			"--log-level", cfg.LogLevel,
 		}
+		args = append(args, cfg.Args...)
 		if len(peers) > 0 {
 			args = append(args,
 				"--nats-cluster", strings.TrimPrefix(n.Route, "nats://"),

@@ -14,15 +14,17 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/durable-host/host/bench"
+	"github.com/durable-host/host/bench/chaos"
 )
 
-// benchCommand is `host bench fanout` and `host bench followers`. The flags
-// sit on `bench` itself (the subcommands read them through their parent),
-// so they may come before or after the subcommand's name.
+// benchCommand is `host bench fanout`, `host bench followers` and `host
+// bench chaos`. The fan-out flags sit on `bench` itself (the subcommands
+// read them through their parent), so they may come before or after the
+// subcommand's name; chaos has flags of its own, after its name.
 func benchCommand(stdout, stderr io.Writer) *cli.Command {
 	return &cli.Command{
 		Name:  "bench",
-		Usage: "benchmark fan-out across node processes on this machine: fanout (WebSocket watchers) or followers (durable objects)",
+		Usage: "benchmark fan-out across node processes on this machine: fanout (WebSocket watchers) or followers (durable objects); chaos: the chaos soak",
 		Description: `Starts --nodes "host serve" processes of this binary on loopback (each its own
 temporary data directory, HTTP port and NATS route port, clustered), uploads
 the chat and tally examples, and publishes --messages messages to chat/room1
@@ -64,6 +66,7 @@ raw ceiling); it raises the soft limit to the hard one.`,
 			&cli.BoolFlag{Name: "no-progress", Usage: "no progress line on stderr"},
 		},
 		Subcommands: []*cli.Command{
+			chaosCommand(stdout, stderr),
 			{
 				Name:  "fanout",
 				Usage: "WebSocket watchers over node processes: the product vs the per-socket and NATS-subject baselines",
@@ -197,5 +200,75 @@ func (p *progressLine) clear() {
 	if p.n > 0 {
 		fmt.Fprintf(p.w, "\r%s\r", strings.Repeat(" ", p.n))
 		p.n = 0
+	}
+}
+
+// chaosCommand is `host bench chaos`. Its flags are its own (after
+// `chaos`): its sizes and lease differ from fanout's.
+func chaosCommand(stdout, stderr io.Writer) *cli.Command {
+	d := chaos.DefaultConfig()
+	return &cli.Command{
+		Name:  "chaos",
+		Usage: "a chaos soak: kill -9, SIGSTOP past the lease and graceful restarts under a counter workload, checked for linearizability",
+		Description: `Starts --nodes "host serve" processes with --replicas copies and a short
+--lease-ttl, uploads the counter example, and runs --clients clients for
+--duration, each adding amounts no other write uses to, and reading, one of
+--objects counters through a random live node. Meanwhile a schedule seeded
+by --seed kills (SIGKILL), pauses (SIGSTOP past the lease, then SIGCONT)
+or gracefully restarts one random node at a time, --fault-gap apart on
+average, and waits for the cluster to list every node again.
+
+At the end it checks each counter's history with porcupine (a call without
+a reply counts as possibly applied), its log against every acknowledged
+write (none lost, none twice, nothing else), and that node ids never came
+back. It prints operations, faults, availability and latency; on a
+violation, the seed, the failing history and where the node logs are, and
+exits 1. Node data and logs stay under --dir, or in a temporary directory
+kept after a violation.`,
+		Flags: []cli.Flag{
+			&cli.IntFlag{Name: "nodes", Value: d.Nodes, Usage: "node processes to start"},
+			&cli.DurationFlag{Name: "duration", Value: d.Duration, Usage: "how long the clients run"},
+			&cli.Uint64Flag{Name: "seed", Value: d.Seed, Usage: "seeds the clients and the fault schedule"},
+			&cli.IntFlag{Name: "objects", Value: d.Objects, Usage: "counters the clients share"},
+			&cli.IntFlag{Name: "clients", Value: d.Clients, Usage: "clients, each in a closed loop"},
+			&cli.DurationFlag{Name: "lease-ttl", Value: d.LeaseTTL, Usage: "the nodes' --lease-ttl"},
+			&cli.IntFlag{Name: "replicas", Value: d.Replicas, Usage: "the nodes' --replicas"},
+			&cli.DurationFlag{Name: "fault-gap", Value: d.FaultGap, Usage: "mean wait between one fault healing and the next"},
+			&cli.StringFlag{Name: "log-level", Value: d.LogLevel, Usage: "the nodes' --log-level (node-I.log in the run directory)"},
+			&cli.StringFlag{Name: "dir", Usage: "keep the nodes' data and logs under `DIR` (default: a temporary directory, kept after a violation)"},
+			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
+			&cli.BoolFlag{Name: "no-progress", Usage: "no progress line on stderr"},
+		},
+		Action: func(c *cli.Context) error {
+			run, err := benchBase(c, stderr)
+			if err != nil {
+				return err
+			}
+			defer run.done()
+			cfg := d
+			cfg.Exe, cfg.Progress = run.exe, run.progress
+			cfg.Nodes, cfg.Duration, cfg.Seed = c.Int("nodes"), c.Duration("duration"), c.Uint64("seed")
+			cfg.Objects, cfg.Clients, cfg.LeaseTTL = c.Int("objects"), c.Int("clients"), c.Duration("lease-ttl")
+			cfg.Replicas, cfg.FaultGap = c.Int("replicas"), c.Duration("fault-gap")
+			cfg.LogLevel, cfg.Dir = c.String("log-level"), c.String("dir")
+			r, err := chaos.Run(run.ctx, cfg)
+			run.done()
+			if r != nil {
+				if c.Bool("json") {
+					if perr := printJSON(stdout, r); perr != nil {
+						return perr
+					}
+				} else {
+					r.WriteTable(stdout)
+				}
+			}
+			if err != nil {
+				return err
+			}
+			if len(r.Violations) > 0 {
+				return fmt.Errorf("%d violations (seed %d; logs in %s)", len(r.Violations), r.Seed, r.Dir)
+			}
+			return nil
+		},
 	}
 }

@@ -1,0 +1,377 @@
+// Package chaos is the chaos soak: it starts a cluster of `host serve`
+// processes with replicas on, runs clients that add to and read counters
+// (the counter example) through every node while a seeded schedule kills
+// (SIGKILL), pauses (SIGSTOP past the lease) and gracefully restarts one
+// node at a time, records every operation, and at the end checks that the
+// history could have happened on one correct copy of each counter
+// (porcupine), that the counters' logs hold every acknowledged write once
+// and nothing else, and that node ids never return.
+//
+// It does not drive WebSocket watchers, durable followers or stream
+// subscribers during the faults; the process tests of cmd/host cover those
+// one fault at a time. `host bench chaos` runs it by hand; its test runs
+// it at a small size.
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/durable-host/host/bench"
+	examples "github.com/durable-host/host/examples/wasm"
+	"github.com/durable-host/host/host/client"
+)
+
+// Config is one soak. DefaultConfig gives the defaults; Validate checks it.
+type Config struct {
+	// Exe is the `host` executable the nodes run.
+	Exe string
+	// Nodes is how many node processes (5).
+	Nodes int
+	// Duration is how long the clients run (10 min).
+	Duration time.Duration
+	// Seed picks the clients' operations and the fault schedule.
+	Seed uint64
+	// Objects is how many counters the clients share (16).
+	Objects int
+	// Clients is how many clients (8), each in a closed loop.
+	Clients int
+	// Think is a client's pause between two calls (20 ms): the clients
+	// load the cluster without saturating a small machine, where missed
+	// heartbeats would add faults nobody scheduled.
+	Think time.Duration
+	// CallTimeout is how long a client waits for a reply (3 s); a call
+	// given up on is ambiguous.
+	CallTimeout time.Duration
+	// LeaseTTL is the nodes' --lease-ttl (6 s): short, so takeovers happen
+	// in the run.
+	LeaseTTL time.Duration
+	// Replicas is the nodes' --replicas (2).
+	Replicas int
+	// SnapshotEvery is the nodes' --snapshot-every (200), so snapshots and
+	// purges happen under the faults too.
+	SnapshotEvery int
+	// FaultGap is the mean wait between one fault healing and the next
+	// starting (8 s; each gap is uniform in [0.5, 1.5] × FaultGap).
+	FaultGap time.Duration
+	// HealTimeout bounds how long the cluster may take to list every node
+	// again after a fault (2 min); past it the run fails.
+	HealTimeout time.Duration
+	// CheckTimeout bounds porcupine's search per object (60 s); a search
+	// cut off is reported as undecided, a failure.
+	CheckTimeout time.Duration
+	// Dir keeps the nodes' data and logs ("" = a temporary directory,
+	// removed after a clean run, kept after a violation or when objects
+	// were left short of copies).
+	Dir string
+	// LogLevel is the nodes' --log-level (info).
+	LogLevel string
+	// Progress, if set, hears how far the run is.
+	Progress bench.Progress
+}
+
+// DefaultConfig is a full-size soak (10 minutes).
+func DefaultConfig() Config {
+	return Config{
+		Nodes: 5, Duration: 10 * time.Minute, Seed: 1, Objects: 16, Clients: 8,
+		Think: 20 * time.Millisecond, CallTimeout: 3 * time.Second,
+		LeaseTTL: 6 * time.Second, Replicas: 2, SnapshotEvery: 200,
+		FaultGap: 8 * time.Second, HealTimeout: 2 * time.Minute,
+		CheckTimeout: 60 * time.Second, LogLevel: "info",
+	}
+}
+
+// Validate reports every field that is out of range.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if c.Exe == "" {
+		bad("no host executable")
+	}
+	if c.Nodes < 3 {
+		bad("nodes %d: need at least 3 to lose one and keep a majority", c.Nodes)
+	}
+	if c.Replicas < 1 || c.Replicas >= c.Nodes {
+		bad("replicas %d: need 1 to nodes-1 (%d)", c.Replicas, c.Nodes-1)
+	}
+	if c.Duration <= 0 || c.Objects < 1 || c.Clients < 1 {
+		bad("duration, objects and clients must be positive")
+	}
+	if c.CallTimeout <= 0 || c.LeaseTTL <= 0 || c.FaultGap <= 0 || c.HealTimeout <= 0 || c.CheckTimeout <= 0 {
+		bad("call timeout, lease TTL, fault gap, heal and check timeouts must be positive")
+	}
+	return errors.Join(errs...)
+}
+
+// Run runs one soak. It returns an error when the run could not be done
+// (the cluster did not start or did not heal); violations of the
+// guarantees are in the Result.
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("chaos: %w", err)
+	}
+	dir, temp := cfg.Dir, cfg.Dir == ""
+	if temp {
+		d, err := os.MkdirTemp("", "host-chaos-")
+		if err != nil {
+			return nil, err
+		}
+		dir = d
+	}
+	res := &Result{Seed: cfg.Seed, Dir: dir, Nodes: cfg.Nodes, Objects: cfg.Objects, Clients: cfg.Clients, Duration: cfg.Duration.String(), LeaseTTL: cfg.LeaseTTL.String()}
+	err := run(ctx, cfg, dir, res)
+	if err != nil {
+		res.Error = err.Error()
+	}
+	if temp && err == nil && len(res.Violations) == 0 && len(res.CopiesShort) == 0 {
+		os.RemoveAll(dir)
+		res.Dir = ""
+	}
+	return res, err
+}
+
+func run(ctx context.Context, cfg Config, dir string, res *Result) error {
+	built, err := examples.Build(ctx, filepath.Join(dir, "wasm"), examples.Options{Only: []string{"counter"}, SkipRust: true})
+	if err != nil {
+		return fmt.Errorf("build the counter example: %w", err)
+	}
+	cluster, err := bench.StartCluster(ctx, bench.ClusterConfig{
+		Exe: cfg.Exe, Nodes: cfg.Nodes, Mode: bench.ModeNode, LeaseTTL: cfg.LeaseTTL,
+		LogLevel: cfg.LogLevel, Dir: dir, Progress: cfg.Progress,
+		Args: []string{"--replicas", strconv.Itoa(cfg.Replicas), "--snapshot-every", strconv.Itoa(cfg.SnapshotEvery)},
+	})
+	if err != nil {
+		return err
+	}
+	defer cluster.Close()
+	for _, n := range cluster.Nodes {
+		res.Logs = append(res.Logs, n.LogPath)
+	}
+	wasm, err := os.ReadFile(built[0].Path)
+	if err != nil {
+		return err
+	}
+	if _, err := cluster.Nodes[0].Client.Upload(ctx, "counter", wasm); err != nil {
+		return fmt.Errorf("upload counter: %w", err)
+	}
+
+	rec := NewRecorder()
+	ns := newNodes(cfg.Nodes)
+	w := &workload{cfg: cfg, cluster: cluster, nodes: ns, rec: rec}
+	var samplesMu sync.Mutex
+	var samples []IDSample
+	w.sampleIDs(ctx, &samples, &samplesMu)
+
+	monCtx, stopMon := context.WithCancel(ctx)
+	monDone := make(chan struct{})
+	go func() {
+		defer close(monDone)
+		w.monitor(monCtx, &samples, &samplesMu)
+	}()
+	defer func() { stopMon(); <-monDone }()
+
+	runCtx, stopRun := context.WithTimeout(ctx, cfg.Duration)
+	defer stopRun()
+	sched := &schedule{cfg: cfg, cluster: cluster, nodes: ns, rec: rec, writing: func() bool { return runCtx.Err() == nil }}
+	var faultErr error
+	faultsDone := make(chan struct{})
+	go func() {
+		defer close(faultsDone)
+		_, faultErr = sched.run(runCtx)
+	}()
+	var clients sync.WaitGroup
+	for c := range cfg.Clients {
+		clients.Add(1)
+		go func() {
+			defer clients.Done()
+			w.run(runCtx, c)
+		}()
+	}
+	if cfg.Progress != nil {
+		go func() {
+			for runCtx.Err() == nil {
+				cfg.Progress("chaos workload (s)", int(sec(rec.Now())), int(cfg.Duration.Seconds()))
+				select {
+				case <-runCtx.Done():
+				case <-time.After(time.Second):
+				}
+			}
+		}()
+	}
+	clients.Wait()
+	<-faultsDone
+	// A cluster that did not heal is a finding too, but the checks still
+	// run on what the clients saw: they say whether anything was lost.
+	var healErr error
+	if faultErr != nil {
+		healErr = fmt.Errorf("the cluster did not heal: %w (seed %d, logs in %s)", faultErr, cfg.Seed, dir)
+	} else {
+		// The final reads need live homes, not copies: an object taken
+		// over after the clients stopped may stay a copy short while idle
+		// (reported, below), and nothing the checks read depends on it.
+		if err := sched.waitHealed(ctx); err != nil {
+			healErr = fmt.Errorf("the cluster did not heal after the run: %w (seed %d, logs in %s)", err, cfg.Seed, dir)
+		} else {
+			// Given the time a copy takes when it is made at once.
+			time.Sleep(5 * time.Second)
+			_, res.CopiesShort = sched.unhealed(ctx)
+		}
+	}
+	faults := sched.faults
+	res.Faults = faults
+	for _, f := range faults {
+		if f.Kind == Exited {
+			res.Violations = append(res.Violations, Violation{Check: NodeExited, Detail: fmt.Sprintf("node %d exited on its own (found at %.1f s); started again:\n%s", f.Node, sec(f.Start), f.Note)})
+		}
+	}
+
+	// Final state and logs, read through the nodes in turn; the final get
+	// is part of each object's history.
+	final := map[string]int64{}
+	logs := map[string][]Change{}
+	for i := range cfg.Objects {
+		obj := objectName(i)
+		v, err := finalValue(ctx, w, i%cfg.Nodes, obj)
+		if err != nil {
+			res.Violations = append(res.Violations, Violation{Check: LogConsistency, Object: obj, Detail: fmt.Sprintf("no final value: %v", err)})
+			continue
+		}
+		// Through the next node, else any other: a log no node will
+		// read is one violation, and leaves the object unchecked (its
+		// writes are not all "lost" because a read failed).
+		var errs []error
+		for k := range cfg.Nodes {
+			l, err := readLog(ctx, cluster.Nodes[(i+1+k)%cfg.Nodes].Client, obj, v)
+			if err == nil {
+				final[obj], logs[obj] = v, l
+				break
+			}
+			errs = append(errs, err)
+		}
+		if _, ok := final[obj]; !ok {
+			res.Violations = append(res.Violations, Violation{Check: LogConsistency, Object: obj, Detail: fmt.Sprintf("no node reads the log to its final value %d: %v", v, errors.Join(errs...))})
+		}
+	}
+	stopMon()
+	<-monDone
+	samplesMu.Lock()
+	res.Violations = append(res.Violations, CheckIDs(samples)...)
+	res.IDs = distinctIDs(samples)
+	samplesMu.Unlock()
+
+	ops := rec.Ops()
+	byObj := ByObject(ops)
+	for i := range cfg.Objects {
+		obj := objectName(i)
+		v, ok := final[obj]
+		if !ok {
+			continue
+		}
+		applied, vs := CheckObjectLog(obj, byObj[obj], logs[obj], v)
+		for k := range vs {
+			vs[k].File = writeHistory(dir, obj, byObj[obj])
+		}
+		res.Violations = append(res.Violations, vs...)
+		l := CheckLinearizable(byObj[obj], applied, cfg.CheckTimeout)
+		switch l.Result {
+		case "Ok":
+			res.Linearizable++
+		case "Illegal":
+			stuck, around := l.Stuck()
+			v := Violation{Check: Linearizability, Object: obj, Detail: "no single-copy order explains op #" + strconv.Itoa(stuck.ID), History: formatOps(around)}
+			v.File = writeHistory(dir, obj, byObj[obj])
+			html := filepath.Join(dir, "linearizability-"+filepath.Base(obj)+".html")
+			if l.Visualize(html) == nil {
+				v.File += ", " + html
+			}
+			res.Violations = append(res.Violations, v)
+		default:
+			res.Violations = append(res.Violations, Violation{Check: Linearizability, Object: obj, Detail: fmt.Sprintf("undecided: porcupine's search ran past %v over %d operations", cfg.CheckTimeout, len(l.Ops)), File: writeHistory(dir, obj, byObj[obj])})
+		}
+	}
+	res.summarize(ops, faults, cfg.Clients)
+	for _, l := range res.Logs {
+		if b, err := os.ReadFile(l); err == nil {
+			res.LeasesLost += bytes.Count(b, []byte(`msg="lease lost`))
+		}
+	}
+	return healErr
+}
+
+// finalValue gets obj's value through node i (the next node on failure),
+// recorded as one more read of its history.
+func finalValue(ctx context.Context, w *workload, i int, obj string) (int64, error) {
+	deadline := time.Now().Add(w.cfg.HealTimeout)
+	for {
+		o := w.call(ctx, w.cfg.Clients, i, obj, Read)
+		w.rec.Add(o)
+		if o.Outcome == OK {
+			return o.Value, nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return 0, fmt.Errorf("%s after %v", o.Err, w.cfg.HealTimeout)
+		}
+		i = (i + 1) % w.cfg.Nodes
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// readLog reads obj's "changes" events from its start until one holds
+// final (the values only grow, so that is the last).
+func readLog(ctx context.Context, c *client.Client, obj string, final int64) ([]Change, error) {
+	var log []Change
+	if final == 0 {
+		return nil, nil
+	}
+	zero := uint64(0)
+	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	var bad error
+	err := c.Subscribe(sctx, obj, client.SubscribeOptions{Topic: "changes", After: &zero}, func(data []byte) bool {
+		var ev struct {
+			Seq     uint64 `json:"seq"`
+			Payload struct {
+				Value int64 `json:"value"`
+			} `json:"payload"`
+		}
+		if err := json.Unmarshal(data, &ev); err != nil {
+			bad = fmt.Errorf("stream event %q: %w", data, err)
+			return false
+		}
+		log = append(log, Change{Seq: ev.Seq, Value: ev.Payload.Value})
+		return ev.Payload.Value < final
+	})
+	if bad != nil {
+		return log, bad
+	}
+	if n := len(log); n == 0 || log[n-1].Value != final {
+		return log, fmt.Errorf("the log read through %s stops after %d changes short of the final value %d (%v)", c.Base, n, final, err)
+	}
+	return log, nil
+}
+
+// writeHistory writes obj's whole history to a file in dir and returns its
+// path ("" if it could not).
+func writeHistory(dir, obj string, ops []Op) string {
+	path := filepath.Join(dir, "history-"+filepath.Base(obj)+".txt")
+	if err := os.WriteFile(path, []byte(formatOps(ops)+"\n"), 0o644); err != nil {
+		return ""
+	}
+	return path
+}
+
+func distinctIDs(samples []IDSample) int {
+	ids := map[string]bool{}
+	for _, s := range samples {
+		ids[s.ID] = true
+	}
+	return len(ids)
+}

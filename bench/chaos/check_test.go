@@ -1,0 +1,164 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/durable-host/host/host/client"
+)
+
+// The checkers are proved on histories built by hand: each bad one must be
+// caught, each good one passed, or the soak's "0 violations" says nothing.
+
+const obj = "counter/c000"
+
+func add(id, c int, amount, value, call, ret int64) Op {
+	return Op{ID: id, Client: c, Object: obj, Kind: Write, Amount: amount, Value: value, Call: call, Return: ret, Outcome: OK}
+}
+
+func get(id, c int, value, call, ret int64) Op {
+	return Op{ID: id, Client: c, Object: obj, Kind: Read, Value: value, Call: call, Return: ret, Outcome: OK}
+}
+
+func ambiguous(o Op) Op {
+	o.Outcome, o.Value, o.Err = Ambiguous, 0, "context deadline exceeded"
+	return o
+}
+
+func TestCheckLinearizable(t *testing.T) {
+	cases := []struct {
+		name    string
+		ops     []Op
+		applied Applied
+		want    porcupine.CheckResult
+	}{
+		{"sequential", []Op{add(1, 0, 5, 5, 0, 10), get(2, 1, 5, 20, 30), add(3, 1, 7, 12, 40, 50), get(4, 0, 12, 60, 70)},
+			Applied{5: 5, 7: 12}, porcupine.Ok},
+		{"a read concurrent with the write may miss it", []Op{add(1, 0, 5, 5, 0, 10), get(2, 1, 0, 5, 15)},
+			Applied{5: 5}, porcupine.Ok},
+		{"stale read after the write's reply", []Op{add(1, 0, 5, 5, 0, 10), get(2, 1, 0, 20, 30)},
+			Applied{5: 5}, porcupine.Illegal},
+		{"a read sees a value that went away", []Op{add(1, 0, 5, 5, 0, 10), get(2, 1, 5, 20, 30), get(3, 1, 0, 40, 50)},
+			Applied{5: 5}, porcupine.Illegal},
+		{"reply disagrees with the order of two writes", []Op{add(1, 0, 5, 5, 0, 10), add(2, 1, 7, 7, 20, 30)},
+			Applied{5: 5, 7: 12}, porcupine.Illegal},
+		{"an ambiguous write may land late", []Op{ambiguous(add(1, 0, 5, 0, 0, 10)), get(2, 1, 0, 20, 30), get(3, 1, 5, 40, 50)},
+			Applied{5: 5}, porcupine.Ok},
+		{"but not go away once seen", []Op{ambiguous(add(1, 0, 5, 0, 0, 10)), get(2, 1, 5, 20, 30), get(3, 1, 0, 40, 50)},
+			Applied{5: 5}, porcupine.Illegal},
+		{"nor be seen before it was sent", []Op{get(1, 1, 5, 0, 10), ambiguous(add(2, 0, 5, 0, 20, 30))},
+			Applied{5: 5}, porcupine.Illegal},
+		{"an ambiguous write the log lacks was never applied: reading it is a violation", []Op{ambiguous(add(1, 0, 5, 0, 0, 10)), get(2, 1, 5, 20, 30)},
+			Applied{}, porcupine.Illegal},
+		{"refused and unanswered reads are left out", []Op{add(1, 0, 5, 5, 0, 10), {ID: 2, Object: obj, Kind: Read, Outcome: Ambiguous, Call: 20, Return: 30}, {ID: 3, Object: obj, Kind: Write, Amount: 9, Outcome: Refused, Call: 20, Return: 30}, get(4, 1, 5, 40, 50)},
+			Applied{5: 5}, porcupine.Ok},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			l := CheckLinearizable(c.ops, c.applied, 10*time.Second)
+			if l.Result != c.want {
+				t.Fatalf("porcupine says %s, want %s for\n%s", l.Result, c.want, formatOps(c.ops))
+			}
+			if c.want == porcupine.Illegal {
+				stuck, around := l.Stuck()
+				if stuck.ID == 0 || len(around) == 0 {
+					t.Fatalf("no failing operation named: %v, %v", stuck, around)
+				}
+			}
+		})
+	}
+}
+
+func TestCheckObjectLog(t *testing.T) {
+	ops := []Op{add(1, 0, 5, 5, 0, 10), add(2, 1, 7, 12, 20, 30), ambiguous(add(3, 0, 11, 0, 40, 50)), {ID: 4, Object: obj, Kind: Write, Amount: 13, Outcome: Refused}}
+	cases := []struct {
+		name  string
+		log   []Change
+		final int64
+		want  []string // the checks that must fail; none = clean
+	}{
+		{"every acknowledged write once", []Change{{1, 5}, {2, 12}}, 12, nil},
+		{"with the ambiguous one applied", []Change{{1, 5}, {2, 12}, {3, 23}}, 23, nil},
+		{"an acknowledged write missing", []Change{{1, 5}}, 5, []string{LostWrite}},
+		{"an acknowledged write at another value than its reply", []Change{{1, 7}, {2, 12}}, 12, []string{LostWrite}},
+		{"a write applied twice", []Change{{1, 5}, {2, 12}, {3, 17}}, 17, []string{AppliedTwice}},
+		{"a change nobody sent", []Change{{1, 5}, {2, 12}, {3, 13}}, 13, []string{LogConsistency}},
+		{"a refused write applied", []Change{{1, 5}, {2, 12}, {3, 25}}, 25, []string{LogConsistency}},
+		{"a gap", []Change{{1, 5}, {3, 12}}, 12, []string{LogConsistency}},
+		{"the final value past the log", []Change{{1, 5}, {2, 12}}, 23, []string{LogConsistency}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			applied, vs := CheckObjectLog(obj, ops, c.log, c.final)
+			got := map[string]bool{}
+			for _, v := range vs {
+				got[v.Check] = true
+			}
+			for _, w := range c.want {
+				if !got[w] {
+					t.Errorf("%q not caught: %v", w, vs)
+				}
+			}
+			if len(c.want) == 0 && len(vs) > 0 {
+				t.Errorf("violations in a clean log: %v", vs)
+			}
+			if len(c.want) == 0 && applied[5] != 5 {
+				t.Errorf("applied %v: want add 5 at 5", applied)
+			}
+		})
+	}
+}
+
+func TestCheckIDs(t *testing.T) {
+	clean := []IDSample{{0, 0, "a"}, {1, 0, "b"}, {0, 0, "a"}, {0, 1, "c"}, {1, 0, "d"}, {1, 0, "d"}}
+	if vs := CheckIDs(clean); len(vs) != 0 {
+		t.Fatalf("fresh ids flagged: %v", vs)
+	}
+	for name, s := range map[string][]IDSample{
+		"an id on a restarted node":      {{0, 0, "a"}, {0, 1, "a"}},
+		"an id on another node":          {{0, 0, "a"}, {1, 0, "a"}},
+		"a node goes back to its old id": {{0, 0, "a"}, {0, 0, "b"}, {0, 0, "a"}},
+	} {
+		if vs := CheckIDs(s); len(vs) != 1 || vs[0].Check != NodeIDReuse {
+			t.Errorf("%s: %v", name, vs)
+		}
+	}
+}
+
+func TestClassify(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Nanosecond)
+	defer cancel()
+	<-ctx.Done()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	_, refused := (&client.Client{Base: "http://" + addr}).Call(context.Background(), obj, "get", nil)
+	for _, c := range []struct {
+		err  error
+		want Outcome
+	}{
+		{refused, Refused},
+		{&client.APIError{Status: 404}, Refused},
+		{fmt.Errorf("call: %w", &client.APIError{Status: 503}), Ambiguous},
+		{&client.APIError{Status: 504}, Ambiguous},
+		{ctx.Err(), Ambiguous},
+		{errors.New("connection reset by peer"), Ambiguous},
+	} {
+		if got := classify(c.err); got != c.want {
+			t.Errorf("classify(%v) = %s, want %s", c.err, got, c.want)
+		}
+	}
+	if !strings.Contains(refused.Error(), "refused") {
+		t.Fatalf("not a refused connection: %v", refused)
+	}
+}

@@ -1,0 +1,300 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/durable-host/host/bench"
+)
+
+// The kinds of fault.
+const (
+	Kill9   = "kill9"   // SIGKILL, a short time down, started again on its data
+	Pause   = "pause"   // SIGSTOP past the lease TTL, then SIGCONT
+	Restart = "restart" // SIGTERM (graceful), started again on its data
+	// Exited is not scheduled: a node that exited on its own (a crash),
+	// found and started again so the run goes on; each is a violation.
+	Exited = "exited"
+)
+
+// Kinds are the fault kinds; each round of the schedule takes all of them
+// in a seeded order.
+var Kinds = []string{Kill9, Pause, Restart}
+
+// Fault is one injected fault. Start and End are ns since the run's start:
+// from the signal to the cluster being whole again (see waitHealed).
+type Fault struct {
+	Kind  string `json:"kind"`
+	Node  int    `json:"node"`
+	Start int64  `json:"start"`
+	End   int64  `json:"end"`
+	Note  string `json:"note,omitempty"`
+}
+
+func (f Fault) String() string {
+	s := fmt.Sprintf("%-7s node %d  [%.1f s, %.1f s]", f.Kind, f.Node, sec(f.Start), sec(f.End))
+	if f.Note != "" {
+		// The first line, and a panic's, if any: the rest is in the
+		// violation and the node's log.
+		lines := strings.Split(f.Note, "\n")
+		s += "  " + lines[0]
+		for _, l := range lines[1:] {
+			if strings.HasPrefix(l, "panic: ") {
+				s += "; " + l
+				break
+			}
+		}
+	}
+	return s
+}
+
+// schedule injects faults, one node at a time, until ctx ends, and lets the
+// cluster heal after each: the fault in progress when ctx ends is
+// finished. It returns the faults and the first error that left the
+// cluster unhealed.
+type schedule struct {
+	cfg     Config
+	cluster *bench.Cluster
+	nodes   *nodes
+	rec     *Recorder
+	// writing says whether the clients still write; a heal waits for
+	// every object's copies only then.
+	writing func() bool
+	faults  []Fault
+}
+
+func (s *schedule) run(ctx context.Context) ([]Fault, error) {
+	rng := rand.New(rand.NewPCG(s.cfg.Seed, 1))
+	var round []int
+	for {
+		gap := time.Duration(float64(s.cfg.FaultGap) * (0.5 + rng.Float64()))
+		if err := s.idle(ctx, gap); err != nil {
+			return s.faults, err
+		}
+		if ctx.Err() != nil {
+			return s.faults, nil
+		}
+		if len(round) == 0 {
+			round = rng.Perm(len(Kinds))
+		}
+		kind := Kinds[round[0]]
+		round = round[1:]
+		f := Fault{Kind: kind, Node: rng.IntN(len(s.cluster.Nodes)), Start: s.rec.Now()}
+		s.writing = func() bool { return ctx.Err() == nil }
+		err := s.inject(&f, rng)
+		f.End = s.rec.Now()
+		s.faults = append(s.faults, f)
+		if s.cfg.Progress != nil {
+			s.cfg.Progress("fault: "+kind, len(s.faults), len(s.faults))
+		}
+		if err != nil {
+			return s.faults, fmt.Errorf("%s of node %d at %.1f s: %w", kind, f.Node, sec(f.Start), err)
+		}
+	}
+}
+
+// idle waits d (or until ctx ends), starting again any node that exited
+// on its own meanwhile.
+func (s *schedule) idle(ctx context.Context, d time.Duration) error {
+	end := time.Now().Add(d)
+	for time.Now().Before(end) && ctx.Err() == nil {
+		if err := s.revive(); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(min(250*time.Millisecond, time.Until(end))):
+		}
+	}
+	return nil
+}
+
+// revive finds the nodes that exited though no fault stopped them,
+// records each (with its log's tail: a panic's trace) and starts it again
+// on its data directory.
+func (s *schedule) revive() error {
+	for i := range s.cluster.Nodes {
+		if s.nodes.isDown(i) || s.cluster.Running(i) {
+			continue
+		}
+		f := Fault{Kind: Exited, Node: i, Start: s.rec.Now(), Note: s.cluster.Exited()}
+		s.nodes.setDown(i, true)
+		s.nodes.restarted(i)
+		if err := s.cluster.Start(i); err != nil {
+			return err
+		}
+		err := s.waitHealthy(context.Background(), i)
+		s.nodes.setDown(i, false)
+		f.End = s.rec.Now()
+		s.faults = append(s.faults, f)
+		if err != nil {
+			return fmt.Errorf("node %d exited on its own and did not come back: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// inject runs one fault and waits for the cluster to be whole again; its
+// objects' copies too while the clients still write (an object the clients
+// left idle may stay a copy short, which the run reports at its end).
+func (s *schedule) inject(f *Fault, rng *rand.Rand) error {
+	i := f.Node
+	// A fault is not cut short by the run's end: the cluster is healed
+	// before the final reads.
+	ctx := context.Background()
+	s.nodes.setDown(i, true)
+	switch f.Kind {
+	case Kill9:
+		if err := s.cluster.Kill9(i); err != nil {
+			return err
+		}
+		time.Sleep(500*time.Millisecond + time.Duration(rng.Int64N(int64(2*time.Second))))
+		s.nodes.restarted(i)
+		if err := s.cluster.Start(i); err != nil {
+			return err
+		}
+	case Pause:
+		if err := s.cluster.Pause(i); err != nil {
+			return err
+		}
+		time.Sleep(s.cfg.LeaseTTL + time.Second + time.Duration(rng.Int64N(int64(2*time.Second))))
+		if err := s.cluster.Resume(i); err != nil && s.cluster.Running(i) {
+			return err
+		}
+		// A node that finds its lease gone may leave; it is started again.
+		// (A stopped process can only die of SIGKILL: from outside.)
+		time.Sleep(500 * time.Millisecond)
+		if !s.cluster.Running(i) {
+			f.Note = "exited while paused or after SIGCONT; started again: " + s.cluster.Exited()
+			s.nodes.restarted(i)
+			if err := s.cluster.Start(i); err != nil {
+				return err
+			}
+		}
+	case Restart:
+		s.nodes.restarted(i)
+		if err := s.cluster.Restart(ctx, i); err != nil {
+			return err
+		}
+	}
+	if err := s.waitHealthy(ctx, i); err != nil {
+		return err
+	}
+	s.nodes.setDown(i, false)
+	return s.waitHealed(ctx)
+}
+
+// waitHealed waits until the cluster is whole again, so that the next
+// fault is the only one: every node lists exactly the live nodes' ids (a
+// killed node's old id lingers until its lease lapses, and its objects are
+// taken over only then), every object has a live home and, while the
+// clients write, its copies again, none far behind. A node that exited on
+// its own meanwhile is started again.
+func (s *schedule) waitHealed(ctx context.Context) error {
+	deadline := time.Now().Add(s.cfg.HealTimeout)
+	for {
+		if err := s.revive(); err != nil {
+			return err
+		}
+		why, short := s.unhealed(ctx)
+		if why == "" && (!s.writing() || len(short) == 0) {
+			return nil
+		}
+		if why == "" {
+			why = short[0]
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not whole %v after the fault: %s", s.cfg.HealTimeout, why)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// unhealed says what is not whole yet ("" when the nodes and homes are),
+// and which objects have fewer current copies than they want.
+func (s *schedule) unhealed(ctx context.Context) (why string, short []string) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	live := map[string]bool{}
+	for i := range s.cluster.Nodes {
+		id, err := s.cluster.NodeID(ctx, i)
+		if err != nil {
+			return fmt.Sprintf("node %d: %v", i, err), nil
+		}
+		live[id] = true
+	}
+	for i, n := range s.cluster.Nodes {
+		var v struct {
+			Nodes []struct {
+				ID string `json:"id"`
+			} `json:"nodes"`
+		}
+		if err := n.Client.Cluster(ctx, &v); err != nil {
+			return fmt.Sprintf("node %d: %v", i, err), nil
+		}
+		if len(v.Nodes) != len(live) {
+			return fmt.Sprintf("node %d lists %d nodes, %d are live", i, len(v.Nodes), len(live)), nil
+		}
+		for _, m := range v.Nodes {
+			if !live[m.ID] {
+				return fmt.Sprintf("node %d lists %s, which is gone", i, m.ID), nil
+			}
+		}
+	}
+	for k := range s.cfg.Objects {
+		obj := objectName(k)
+		var rep struct {
+			Home   string `json:"home"`
+			Want   int    `json:"want"`
+			Copies []struct {
+				Node string `json:"node"`
+				Home bool   `json:"home"`
+				Lag  uint64 `json:"lag"`
+			} `json:"copies"`
+		}
+		if err := s.cluster.Nodes[k%len(s.cluster.Nodes)].Client.Replicas(ctx, obj, &rep); err != nil {
+			return fmt.Sprintf("%s: %v", obj, err), nil
+		}
+		if rep.Home == "" {
+			continue // not used yet
+		}
+		if !live[rep.Home] {
+			return fmt.Sprintf("%s's home %s is gone", obj, rep.Home), nil
+		}
+		copies := 0
+		for _, c := range rep.Copies {
+			// A few change sets behind is a copy applying the clients'
+			// writes as they come.
+			if !c.Home && live[c.Node] && c.Lag <= 16 {
+				copies++
+			}
+		}
+		if copies < rep.Want {
+			short = append(short, fmt.Sprintf("%s has %d current copies of %d", obj, copies, rep.Want))
+		}
+	}
+	return "", short
+}
+
+// waitHealthy waits for node i to answer /healthz.
+func (s *schedule) waitHealthy(ctx context.Context, i int) error {
+	deadline := time.Now().Add(s.cfg.HealTimeout)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		_, err := s.cluster.NodeID(cctx, i)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if !s.cluster.Running(i) {
+			return fmt.Errorf("node %d exited: %s", i, s.cluster.Exited())
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("node %d does not answer /healthz after %v: %w", i, s.cfg.HealTimeout, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
