@@ -53,18 +53,26 @@ func (o *object) submit(ctx context.Context, method string, payload []byte) ([]b
 	o.qmu.Lock()
 	o.queue = append(o.queue, pc)
 	o.qmu.Unlock()
-	select {
-	case <-pc.done:
-	case o.sem <- struct{}{}:
-		o.runQueued(pc)
-		o.unlock()
-	case <-ctx.Done():
-		if o.withdraw(pc) {
-			return nil, fmt.Errorf("waiting for %s: %w", o.id, ctx.Err())
+	gaveUp := ctx.Done()
+	for {
+		select {
+		case <-pc.done:
+			return pc.reply, pc.err
+		case o.sem <- struct{}{}:
+			o.runQueued(pc)
+			o.unlock()
+			return pc.reply, pc.err
+		case <-gaveUp:
+			if o.withdraw(pc) {
+				return nil, fmt.Errorf("waiting for %s: %w", o.id, ctx.Err())
+			}
+			// A batch took it: its outcome is the call's. The batch may
+			// also give it back unrun (it stopped growing), so this
+			// caller still competes for the lock to run it (as a call
+			// whose context ended: it fails at once).
+			gaveUp = nil
 		}
-		<-pc.done // a batch runs it: its outcome is the call's
 	}
-	return pc.reply, pc.err
 }
 
 // queued is the number of calls waiting.
@@ -147,6 +155,12 @@ func (o *object) runBatch(batch []*pendingCall) {
 	start := time.Now()
 	if len(batch) == 1 {
 		pc := batch[0]
+		if err := pc.ctx.Err(); err != nil {
+			// Its caller gave up: it never runs.
+			pc.err = fmt.Errorf("waiting for %s: %w", o.id, err)
+			o.answer(batch, start)
+			return
+		}
 		pc.reply, pc.err = o.call(pc.ctx, pc.method, pc.payload)
 		if pc.err == nil {
 			o.env.metrics.batchCalls.Observe(1)

@@ -11,7 +11,14 @@ import (
 // released. Batches may run as long as they need until the test ends.
 func HoldObject(t testing.TB, n *Node, id ObjectID) (release func()) {
 	t.Helper()
-	n.objects.env.batchTime = time.Hour
+	return HoldObjectBatching(t, n, id, time.Hour)
+}
+
+// HoldObjectBatching is HoldObject with batches that stop growing after
+// batchTime.
+func HoldObjectBatching(t testing.TB, n *Node, id ObjectID, batchTime time.Duration) (release func()) {
+	t.Helper()
+	n.objects.env.batchTime = batchTime
 	o, err := n.objects.acquire(id)
 	if err != nil {
 		t.Fatal(err)

@@ -210,3 +210,44 @@ func TestGroupCommitBoundsTheChangeSet(t *testing.T) {
 		t.Fatalf("events %q, want %q: each call once, in order", topics, want)
 	}
 }
+
+// A call a batch took and then gave back unrun (the batch stopped
+// growing) whose caller gave up meanwhile still gets its answer: the
+// caller competes for the object again rather than waiting for a batch
+// that will not come.
+func TestGroupCommitCallGivenBackAfterItsCallerGaveUp(t *testing.T) {
+	t.Parallel()
+	n, _ := hosttest.Start(t, hosttest.Options{Programs: []string{"hostile"}, Configure: func(c *host.Config) { c.VM.Budget = time.Second }})
+	ctx := context.Background()
+	id := host.ObjectID{Program: "hostile", ID: "back"}
+	release := host.HoldObjectBatching(t, n, id, 10*time.Millisecond)
+	loop := make(chan error, 1)
+	go func() {
+		_, err := n.Call(ctx, id, "loop", nil) // runs out its 1 s budget
+		loop <- err
+	}()
+	waitUntil(t, "the loop queued", 10*time.Second, func() bool { return host.QueuedCalls(n, id) == 1 })
+	short := make(chan error, 1)
+	go func() {
+		cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer cancel()
+		_, err := n.Call(cctx, id, "ok", nil)
+		short <- err
+	}()
+	waitUntil(t, "the short call queued", 10*time.Second, func() bool { return host.QueuedCalls(n, id) == 2 })
+	release() // one batch takes both, runs the loop past 10 ms, gives the short call back
+	select {
+	case err := <-short:
+		if err == nil {
+			t.Fatal("the short call succeeded after its caller gave up")
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the short call never got an answer")
+	}
+	if err := <-loop; err == nil {
+		t.Fatal("the loop succeeded")
+	}
+	if v, err := n.Call(ctx, id, "ok", nil); err != nil || string(v) != "ok" {
+		t.Fatalf("after: %q %v", v, err)
+	}
+}

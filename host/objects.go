@@ -396,7 +396,7 @@ func (o *object) ready(ctx context.Context) (err error) {
 	}
 	if o.inst == nil {
 		pages := env.usage.Of(tenancy.TenantOf(o.id.Program)).MemoryPages()
-		inst, _, err := env.engine.InstantiatePooled(ctx, o.module, pages)
+		inst, _, err := env.engine.InstantiatePooled(ctx, o.module, pages, env.programs.isNewest(o.prog))
 		if err != nil {
 			return err
 		}

@@ -316,10 +316,18 @@ func (p *programs) setNewestLocked(pr client.Program, m *vm.Module) {
 			return
 		}
 	}
+	p.engine.DropPooled(old.Digest)
 	if km, ok := p.compiled[old.Digest]; ok {
 		delete(p.compiled, old.Digest)
 		km.Close(context.Background())
 	}
+}
+
+// isNewest reports whether pr is the newest version of its name.
+func (p *programs) isNewest(pr client.Program) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.newest[pr.Name].Digest == pr.Digest
 }
 
 func unknownProgram(name string) error {

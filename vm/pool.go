@@ -55,16 +55,20 @@ func (e *Engine) PoolStats() PoolStats {
 }
 
 // InstantiatePooled is InstantiateLimited for an activation: it takes an
-// instance made ahead for m at pages when there is one, and starts making
-// the next one for whoever activates m after. hit reports which it was.
-func (e *Engine) InstantiatePooled(ctx context.Context, m *Module, pages uint32) (inst *Instance, hit bool, err error) {
+// instance made ahead for m at pages when there is one and, with ahead
+// set (m is a current version, whose next activation is likely), starts
+// making the next one for whoever activates m after. hit reports which it
+// was.
+func (e *Engine) InstantiatePooled(ctx context.Context, m *Module, pages uint32, ahead bool) (inst *Instance, hit bool, err error) {
 	if e.cfg.PoolSize <= 0 {
 		inst, err = e.InstantiateLimited(ctx, m, pages)
 		return inst, false, err
 	}
 	key := poolKey{m.Digest, pages}
 	inst = e.take(key, m)
-	e.refill(key, m)
+	if ahead {
+		e.refill(key, m)
+	}
 	if inst != nil {
 		e.pool.hits.Add(1)
 		return inst, true, nil
@@ -150,6 +154,26 @@ func (e *Engine) refill(key poolKey, m *Module) {
 		}
 		ref.Close(context.Background())
 	}()
+}
+
+// DropPooled closes the instances made ahead for the module digest (a
+// version replaced by a newer one: its code is not kept for them).
+func (e *Engine) DropPooled(digest string) {
+	p := &e.pool
+	p.mu.Lock()
+	var drop []pooled
+	keep := p.items[:0]
+	for _, it := range p.items {
+		if it.key.digest == digest {
+			drop = append(drop, it)
+		} else {
+			keep = append(keep, it)
+		}
+	}
+	clear(p.items[len(keep):])
+	p.items = keep
+	p.mu.Unlock()
+	closePooled(drop)
 }
 
 // expirePool closes the instances pooled for longer than poolIdle.
