@@ -29,7 +29,48 @@ const (
 	// takes a batch past it is rolled back and runs first in the next
 	// batch, where it is alone against the limit.
 	maxBatchChanges = 256 << 10
+	// maxBatchedCall: a call joins a batch behind others only if its
+	// method's recent handler time on this object is under this. Its
+	// predecessors' replies wait for the batch's commit, so a slow call
+	// (or one never seen) starts a batch of its own instead of holding
+	// them back.
+	maxBatchedCall = time.Millisecond
+	// maxTimedMethods bounds the methods whose handler time an object
+	// keeps.
+	maxTimedMethods = 64
 )
+
+// timeMethod records a method's handler time on the object: its recent
+// time rises to a slower call at once and falls back by a quarter of the
+// gap per call. Called locked.
+func (o *object) timeMethod(method string, d time.Duration) {
+	if o.methodTimes == nil {
+		o.methodTimes = map[string]time.Duration{}
+	}
+	old, ok := o.methodTimes[method]
+	switch {
+	case !ok && len(o.methodTimes) >= maxTimedMethods:
+		return
+	case !ok || d > old:
+		o.methodTimes[method] = d
+	default:
+		o.methodTimes[method] = old - (old-d)/4
+	}
+}
+
+// callHandler runs a method's handler, timing it.
+func (o *object) callHandler(h *objectHost, method string, payload []byte) ([]byte, error) {
+	began := time.Now()
+	reply, err := o.inst.Call(h, method, payload)
+	o.timeMethod(method, time.Since(began))
+	return reply, err
+}
+
+// batchable reports whether method is known to be quick on this object.
+func (o *object) batchable(method string) bool {
+	d, ok := o.methodTimes[method]
+	return ok && d < o.env.batchedCall
+}
 
 // pendingCall is a call waiting at its object for a batch.
 type pendingCall struct {
@@ -207,7 +248,7 @@ func (o *object) runGroup(batch []*pendingCall, start time.Time) []*pendingCall 
 	}
 	committed := 0
 	for i, pc := range batch {
-		if i > 0 && (time.Since(start) >= o.env.batchTime || tx.Ops() >= maxBatchChanges) {
+		if i > 0 && (time.Since(start) >= o.env.batchTime || tx.Ops() >= maxBatchChanges || !o.batchable(pc.method)) {
 			batch = batch[:i]
 			break
 		}
@@ -222,7 +263,7 @@ func (o *object) runGroup(batch []*pendingCall, start time.Time) []*pendingCall 
 		if err == nil {
 			err = o.runHandler(tx, tu, func(h *objectHost) error {
 				var err error
-				pc.reply, err = o.inst.Call(h, pc.method, pc.payload)
+				pc.reply, err = o.callHandler(h, pc.method, pc.payload)
 				return err
 			})
 		}

@@ -8,7 +8,8 @@ import (
 
 // HoldObject activates id on n and holds its lock until release: calls
 // made meanwhile queue at the object and run as batches once it is
-// released. Batches may run as long as they need until the test ends.
+// released. Batches take any call and may run as long as they need until
+// the test ends.
 func HoldObject(t testing.TB, n *Node, id ObjectID) (release func()) {
 	t.Helper()
 	return HoldObjectBatching(t, n, id, time.Hour)
@@ -18,7 +19,13 @@ func HoldObject(t testing.TB, n *Node, id ObjectID) (release func()) {
 // batchTime.
 func HoldObjectBatching(t testing.TB, n *Node, id ObjectID, batchTime time.Duration) (release func()) {
 	t.Helper()
-	n.objects.env.batchTime = batchTime
+	n.objects.env.batchTime, n.objects.env.batchedCall = batchTime, time.Hour
+	return HoldObjectAsIs(t, n, id)
+}
+
+// HoldObjectAsIs is HoldObject with the node's own batch bounds.
+func HoldObjectAsIs(t testing.TB, n *Node, id ObjectID) (release func()) {
+	t.Helper()
 	o, err := n.objects.acquire(id)
 	if err != nil {
 		t.Fatal(err)

@@ -32,6 +32,13 @@ func TestGroupCommitFailingCallRollsBackAlone(t *testing.T) {
 	if _, err := n.Call(ctx, g, "publish", []byte(`"a0"`)); err != nil {
 		t.Fatal(err)
 	}
+	// Each failing method once, so the object knows them as quick (a
+	// method never seen starts a batch of its own); they commit nothing.
+	for _, m := range []string{"publish_then_fail", "trap", "panic"} {
+		if _, err := n.Call(ctx, g, m, nil); err == nil {
+			t.Fatalf("%s succeeded", m)
+		}
+	}
 
 	// A subscriber from after a0.
 	var (
@@ -249,5 +256,44 @@ func TestGroupCommitCallGivenBackAfterItsCallerGaveUp(t *testing.T) {
 	}
 	if v, err := n.Call(ctx, id, "ok", nil); err != nil || string(v) != "ok" {
 		t.Fatalf("after: %q %v", v, err)
+	}
+}
+
+// A quick call queued ahead of a slow one (or of one never seen on the
+// object) is answered without waiting for it: the slow call starts a
+// batch of its own instead of holding the quick call's reply until their
+// shared commit.
+func TestGroupCommitSlowCallDoesNotHoldBackTheBatch(t *testing.T) {
+	t.Parallel()
+	n, _ := hosttest.Start(t, hosttest.Options{Programs: []string{"hostile"}, Configure: func(c *host.Config) { c.VM.Budget = 2 * time.Second }})
+	ctx := context.Background()
+	id := host.ObjectID{Program: "hostile", ID: "slow"}
+	for range 3 {
+		if _, err := n.Call(ctx, id, "ok", nil); err != nil { // known to be quick
+			t.Fatal(err)
+		}
+	}
+	release := host.HoldObjectAsIs(t, n, id)
+	quick := make(chan error, 1)
+	go func() {
+		_, err := n.Call(ctx, id, "ok", nil)
+		quick <- err
+	}()
+	waitUntil(t, "the quick call queued", 10*time.Second, func() bool { return host.QueuedCalls(n, id) == 1 })
+	loop := make(chan error, 1)
+	go func() {
+		_, err := n.Call(ctx, id, "loop", nil) // runs out its 2 s budget
+		loop <- err
+	}()
+	waitUntil(t, "the slow call queued", 10*time.Second, func() bool { return host.QueuedCalls(n, id) == 2 })
+	released := time.Now()
+	release()
+	if err := <-quick; err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(released)
+	<-loop
+	if loopTook := time.Since(released); took > loopTook/2 {
+		t.Fatalf("the quick call was answered %v after the object was free, the slow call behind it %v: it waited for the slow one", took, loopTook)
 	}
 }

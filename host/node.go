@@ -340,7 +340,7 @@ func (n *Node) open(ctx context.Context) error {
 	n.objects = newObjects(&objectEnv{
 		dataDir: cfg.DataDir, openFile: openFile, programs: n.programs, engine: n.engine,
 		usage: n.usage, metrics: n.metrics, log: n.log,
-		hint: n.hintCommitted, kick: n.kick, follows: n, maxBatch: cfg.MaxBatch, batchTime: maxBatchTime,
+		hint: n.hintCommitted, kick: n.kick, follows: n, maxBatch: cfg.MaxBatch, batchTime: maxBatchTime, batchedCall: maxBatchedCall,
 	}, cfg.MaxActiveObjects, cfg.IdleTimeout)
 	n.shaper = newShaper(n.programs, n.engine, n.usage, n.metrics, n.log)
 	var topics *topicSubs // the subject fan-out baseline only

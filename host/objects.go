@@ -69,6 +69,10 @@ type object struct {
 
 	pump pumpState
 
+	// methodTimes is each method's recent handler time here (guarded by
+	// the object's lock): a slow method does not join a batch.
+	methodTimes map[string]time.Duration
+
 	// qmu guards queue: the calls waiting for a batch, in arrival order.
 	qmu   sync.Mutex
 	queue []*pendingCall
@@ -111,6 +115,9 @@ type objectEnv struct {
 	// in a batch that has run for batchTime.
 	maxBatch  int
 	batchTime time.Duration
+	// batchedCall: a method slower than this here (or never seen) starts
+	// a batch of its own.
+	batchedCall time.Duration
 }
 
 // follows makes and undoes a follower's edges at the publisher's home,
@@ -492,7 +499,7 @@ func (o *object) call(ctx context.Context, method string, payload []byte) ([]byt
 	var reply []byte
 	err := o.handle(ctx, func(h *objectHost) error {
 		var err error
-		reply, err = o.inst.Call(h, method, payload)
+		reply, err = o.callHandler(h, method, payload)
 		return err
 	})
 	if err != nil {
