@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/sys"
@@ -25,6 +26,16 @@ type Host interface {
 	// is a *RefusedError.
 	Follow(ctx context.Context, req abi.FollowRequest) error
 	Unfollow(ctx context.Context, req abi.FollowRequest) error
+	// SetAlarm sets the object's one alarm to t, replacing any other, in
+	// the call's transaction; a refusal wraps abi.ErrBadRequest.
+	SetAlarm(ctx context.Context, t time.Time) error
+	// Alarm is the pending alarm's time, as the call's transaction sees it.
+	Alarm(ctx context.Context) (time.Time, bool, error)
+	// DeleteAlarm cancels the pending alarm in the call's transaction.
+	DeleteAlarm(ctx context.Context) error
+	// Now is the wall clock the guest sees (time_now): the one its alarms
+	// are scheduled by.
+	Now() time.Time
 	// Self is the object's "program/id".
 	Self() string
 	Log(level int32, msg string)
@@ -40,7 +51,7 @@ type Instance struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	version, call, follow, receive, event api.Function
+	version, call, follow, receive, event, alarm api.Function
 
 	// Per call; touched only by the calling goroutine.
 	host    Host
@@ -148,6 +159,24 @@ func (i *Instance) Receive(h Host, e *abi.Event) error {
 		return &GuestError{Message: string(i.reply)}
 	}
 	return &GuestError{Message: fmt.Sprintf("receive returned status %d", st)}
+}
+
+// Alarm runs the alarm handler: the object's alarm is due.
+func (i *Instance) Alarm(h Host) error {
+	if i.alarm == nil {
+		return ErrNoHandler
+	}
+	st, err := i.invoke(h, i.alarm, nil, 0)
+	if err != nil {
+		return err
+	}
+	if st == abi.StatusOK {
+		return nil
+	}
+	if st == abi.StatusError {
+		return &GuestError{Message: string(i.reply)}
+	}
+	return &GuestError{Message: fmt.Sprintf("alarm returned status %d", st)}
 }
 
 // Event runs the connection event handler on e and returns the frame to send,
