@@ -37,10 +37,15 @@ type alarmTimers struct {
 	clock delivery.Clock
 	fire  func(ObjectID)
 
-	// mu guards timers and closed; it is never held while calling fire.
+	// mu guards timers, running and closed; it is never held while
+	// calling fire.
 	mu     sync.Mutex
 	timers map[ObjectID]alarmTimer
-	closed bool
+	// running holds the objects whose alarm run has started and not
+	// ended (done): nothing fires for them meanwhile, since the run's end
+	// schedules again from what the file holds then.
+	running map[ObjectID]bool
+	closed  bool
 }
 
 type alarmTimer struct {
@@ -49,7 +54,7 @@ type alarmTimer struct {
 }
 
 func newAlarmTimers(clock delivery.Clock, fire func(ObjectID)) *alarmTimers {
-	return &alarmTimers{clock: clock, fire: fire, timers: map[ObjectID]alarmTimer{}}
+	return &alarmTimers{clock: clock, fire: fire, timers: map[ObjectID]alarmTimer{}, running: map[ObjectID]bool{}}
 }
 
 // schedule makes id's timer fire at at, replacing the one it had; at a
@@ -70,8 +75,12 @@ func (s *alarmTimers) schedule(id ObjectID, at time.Time) {
 	}
 	d := at.Sub(s.clock.Now())
 	if d <= 0 {
+		start := !s.running[id]
+		s.running[id] = true
 		s.mu.Unlock()
-		s.fire(id)
+		if start {
+			s.fire(id)
+		}
 		return
 	}
 	stop := s.clock.AfterFunc(d, func() {
@@ -81,13 +90,25 @@ func (s *alarmTimers) schedule(id ObjectID, at time.Time) {
 		if mine {
 			delete(s.timers, id)
 		}
+		start := mine && !s.running[id]
+		if start {
+			s.running[id] = true
+		}
 		s.mu.Unlock()
-		if mine {
+		if start {
 			s.fire(id)
 		}
 	})
 	s.timers[id] = alarmTimer{at: at, stop: stop}
 	s.mu.Unlock()
+}
+
+// done ends id's run: from now on its alarm fires again. The caller then
+// schedules what the file holds.
+func (s *alarmTimers) done(id ObjectID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.running, id)
 }
 
 // cancel drops id's timer.
@@ -180,6 +201,7 @@ func (n *Node) fireAlarm(id ObjectID) {
 // looks again after the first backoff without counting an attempt.
 func (n *Node) runAlarm(ctx context.Context, id ObjectID) {
 	later := func(why error) {
+		n.alarms.done(id)
 		if ctx.Err() == nil {
 			n.log.Debug("alarm postponed", slog.String("object", id.String()), slog.Any("err", why))
 			n.alarms.schedule(id, n.dcfg.Clock.Now().Add(n.dcfg.RetryBase))
@@ -187,6 +209,7 @@ func (n *Node) runAlarm(ctx context.Context, id ObjectID) {
 	}
 	if err := n.ensureHome(ctx, id); err != nil {
 		if errors.Is(err, errNotHome) {
+			n.alarms.done(id)
 			return // its home schedules it from its own file
 		}
 		later(err)
@@ -198,14 +221,20 @@ func (n *Node) runAlarm(ctx context.Context, id ObjectID) {
 	}
 	o, err := n.objects.acquire(id)
 	if err != nil {
+		n.alarms.done(id)
 		return // shutting down: the next start finds the alarm in the file
 	}
 	defer n.objects.release(o)
 	if err := o.lock(ctx); err != nil {
+		n.alarms.done(id)
 		return
 	}
 	defer o.unlock()
 	n.metrics.alarmRan(o.alarm(ctx, n.dcfg))
+	n.alarms.done(id)
+	if o.file != nil && ctx.Err() == nil {
+		n.alarmFileChanged(id, o.file)
+	}
 }
 
 // alarmResult is how one alarm run ended, a label of host_alarms_total.
@@ -254,10 +283,7 @@ func (o *object) alarm(ctx context.Context, cfg delivery.Config) alarmResult {
 	case err == nil:
 		return alarmOK
 	case errors.Is(err, errNotDue):
-		if !due.Next.IsZero() {
-			o.env.alarmFileChanged(o.id, o.file)
-		}
-		return alarmNone
+		return alarmNone // the caller schedules what the file holds
 	case ctx.Err() != nil || errors.Is(err, errDeactivated) || errors.Is(err, ErrShuttingDown):
 		return alarmNone // not the handler's failure: the file still holds it
 	}
