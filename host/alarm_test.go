@@ -264,3 +264,78 @@ func TestAlarmBadTimes(t *testing.T) {
 		t.Fatalf("the object after refusals: %s", got)
 	}
 }
+
+// On a cluster with copies an alarm runs on its object's home only, once;
+// the copies hold it but do not schedule it. When the home leaves before
+// an alarm is due, the node that takes the object over runs it, once, and
+// an alarm that already ran does not run again there.
+func TestAlarmOnAClusterRunsOnTheHomeOnceAlsoAfterTakeover(t *testing.T) {
+	t.Parallel()
+	nodes, _ := hosttest.Cluster(t, 3, hosttest.Options{Programs: clusterPrograms})
+	ctx := context.Background()
+	clients := make([]*hclient.Client, len(nodes))
+	for i, n := range nodes {
+		clients[i] = &hclient.Client{Base: n.URL()}
+	}
+	via := clients[1]
+	dcall(t, via, "hostile/c1", "alarm_in", "1500")
+	dcall(t, via, "hostile/c2", "alarm_in", "12000")
+	home := func(object string) int {
+		var rep host.ReplicaReport
+		if err := via.Replicas(ctx, object, &rep); err != nil {
+			t.Fatal(err)
+		}
+		for i, n := range nodes {
+			if n.ID() == rep.Home {
+				return i
+			}
+		}
+		t.Fatalf("%s: home %q is none of the nodes", object, rep.Home)
+		return -1
+	}
+	h := home("hostile/c2")
+	if home("hostile/c1") != h {
+		t.Fatal("both objects were first used through one node and should be homed there")
+	}
+	for i, c := range clients {
+		want := 0.0
+		if i == h {
+			want = 2
+		}
+		if got := metric(t, c, "host_alarms_pending"); got != want {
+			t.Fatalf("node %d has %v alarms pending, want %v", i, got, want)
+		}
+	}
+	okOnLive := func(except int) float64 {
+		sum := 0.0
+		for i, c := range clients {
+			if i != except {
+				sum += alarmsTotal(t, c, "ok")
+			}
+		}
+		return sum
+	}
+	waitUntil(t, "the first alarm ran", 20*time.Second, func() bool { return okOnLive(-1) == 1 })
+	if alarmsTotal(t, clients[h], "ok") != 1 {
+		t.Fatal("the alarm ran elsewhere than its home")
+	}
+	waitUntil(t, "the copies of the second object hold its alarm", 20*time.Second, func() bool {
+		var rep host.ReplicaReport
+		return via.Replicas(ctx, "hostile/c2", &rep) == nil && len(rep.Copies) == 3 &&
+			rep.Copies[1].Position == rep.Copies[0].Position && rep.Copies[2].Position == rep.Copies[0].Position
+	})
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	nodes[h].Shutdown(sctx)
+	cancel()
+	live := clients[(h+1)%3]
+	waitUntil(t, "the second alarm ran on the node that took its object over", 60*time.Second, func() bool {
+		return okOnLive(h) == 1
+	})
+	stays(t, "no second run", func() bool { return okOnLive(h) == 1 })
+	if got := alarmRuns(t, live, "hostile/c2"); got != 1 {
+		t.Fatalf("the second alarm ran %d times", got)
+	}
+	if got := alarmRuns(t, live, "hostile/c1"); got != 1 {
+		t.Fatalf("the first alarm ran %d times, counting the new home's", got)
+	}
+}
