@@ -11,6 +11,7 @@ import (
 	"github.com/durable-host/host/host"
 	hclient "github.com/durable-host/host/host/client"
 	"github.com/durable-host/host/host/hosttest"
+	"github.com/durable-host/host/vm/vmtest"
 )
 
 // alarmStart is where the alarm tests' clocks start: a time of its own, so
@@ -337,5 +338,76 @@ func TestAlarmOnAClusterRunsOnTheHomeOnceAlsoAfterTakeover(t *testing.T) {
 	}
 	if got := alarmRuns(t, live, "hostile/c1"); got != 1 {
 		t.Fatalf("the first alarm ran %d times, counting the new home's", got)
+	}
+}
+
+// A program that registers no alarm handler cannot set an alarm: the
+// call fails at once with the reason, not later when it would be due.
+func TestAlarmNeedsAHandler(t *testing.T) {
+	t.Parallel()
+	clock := hosttest.NewClock(alarmStart)
+	_, c := alarmNode(t, clock, "", nil)
+	if _, err := c.Upload(context.Background(), "hostile-rust", vmtest.Wasm(t, "hostile-rust")); err != nil {
+		t.Fatal(err)
+	}
+	_, err := callErr(c, "hostile-rust/n1", "set_alarm", "")
+	if err == nil || !strings.Contains(err.Error(), "has no alarm handler: register one") {
+		t.Fatalf("set_alarm without a handler: %v", err)
+	}
+	if metric(t, c, "host_alarms_pending") != 0 {
+		t.Fatal("a refused alarm is scheduled")
+	}
+}
+
+// The chat examples' remind, in Go and in Rust: reminders come due in
+// order, each posted once as a message by "reminder", with the room's one
+// alarm at the earliest pending; bad reminders are refused alike.
+func TestChatRemind(t *testing.T) {
+	t.Parallel()
+	clock := hosttest.NewClock(alarmStart)
+	_, c := alarmNode(t, clock, "", nil)
+	if _, err := c.Upload(context.Background(), "chat-rust", vmtest.Wasm(t, "chat-rust")); err != nil {
+		t.Fatal(err)
+	}
+	rooms := []string{"chat/r1", "chat-rust/r1"}
+	var refusals []string
+	for _, room := range rooms {
+		if got, want := dcall(t, c, room, "remind", `{"in_ms": 2000, "text": "second"}`), `{"at":`+strconv.FormatInt(alarmStart.Add(2*time.Second).UnixMilli(), 10)+`}`; got != want {
+			t.Fatalf("%s remind = %s, want %s", room, got, want)
+		}
+		dcall(t, c, room, "remind", `{"in_ms": 1000, "text": "first"}`)
+		dcall(t, c, room, "post", `{"author": "ann", "text": "hi"}`)
+		for _, bad := range []string{`{"in_ms": -1, "text": "x"}`, `{"in_ms": 1000}`, `{"in_ms": 99999999999999, "text": "x"}`, `{"in_ms": "soon"}`} {
+			_, err := callErr(c, room, "remind", bad)
+			if err == nil {
+				t.Fatalf("%s remind %s succeeded", room, bad)
+			}
+			refusals = append(refusals, strings.ReplaceAll(err.Error(), room, "ROOM"))
+		}
+	}
+	for i := range len(refusals) / 2 {
+		if refusals[i] != refusals[i+len(refusals)/2] {
+			t.Errorf("Go and Rust refuse differently:\n%s\n%s", refusals[i], refusals[i+len(refusals)/2])
+		}
+	}
+	history := func(room string) string { return dcall(t, c, room, "history", "") }
+	clock.Advance(time.Second)
+	for _, room := range rooms {
+		waitUntil(t, room+": the first reminder", 10*time.Second, func() bool { return strings.Contains(history(room), `"text":"first"`) })
+		if strings.Contains(history(room), `"text":"second"`) {
+			t.Fatalf("%s: the second reminder came early", room)
+		}
+	}
+	clock.Advance(time.Second)
+	for _, room := range rooms {
+		waitUntil(t, room+": the second reminder", 10*time.Second, func() bool { return strings.Contains(history(room), `"text":"second"`) })
+	}
+	clock.Advance(time.Hour)
+	stays(t, "each reminder once", func() bool { return alarmsTotal(t, c, "ok") == float64(2*len(rooms)) })
+	for _, room := range rooms {
+		h := history(room)
+		if strings.Count(h, `"author":"reminder"`) != 2 || strings.Index(h, `"first"`) > strings.Index(h, `"second"`) || !strings.Contains(h, `"text":"hi"`) {
+			t.Fatalf("%s history %s", room, h)
+		}
 	}
 }
