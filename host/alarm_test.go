@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/durable-host/host/delivery/deliverytest"
 	"github.com/durable-host/host/host"
 	hclient "github.com/durable-host/host/host/client"
 	"github.com/durable-host/host/host/hosttest"
@@ -19,7 +20,7 @@ import (
 var alarmStart = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // alarmNode starts a node whose handlers, alarms and retries run on clock.
-func alarmNode(t *testing.T, clock *hosttest.Clock, dir string, configure func(*host.Config)) (*host.Node, *hclient.Client) {
+func alarmNode(t *testing.T, clock *deliverytest.Clock, dir string, configure func(*host.Config)) (*host.Node, *hclient.Client) {
 	t.Helper()
 	return hosttest.Start(t, hosttest.Options{DataDir: dir, Programs: []string{"hostile", "chat"}, Configure: func(c *host.Config) {
 		c.Delivery.Clock = clock
@@ -27,6 +28,15 @@ func alarmNode(t *testing.T, clock *hosttest.Clock, dir string, configure func(*
 			configure(c)
 		}
 	}})
+}
+
+// restartAlarmNode shuts n down and starts a node on its data directory.
+func restartAlarmNode(t *testing.T, n *host.Node, clock *deliverytest.Clock, dir string) (*host.Node, *hclient.Client) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n.Shutdown(ctx)
+	return alarmNode(t, clock, dir, nil)
 }
 
 func callErr(c *hclient.Client, object, method, payload string) (string, error) {
@@ -64,7 +74,7 @@ func alarmsTotal(t *testing.T, c *hclient.Client, result string) float64 {
 // object that was deactivated meanwhile, and is cleared by that run.
 func TestAlarmFiresOnceAtItsTime(t *testing.T) {
 	t.Parallel()
-	clock := hosttest.NewClock(alarmStart)
+	clock := deliverytest.NewClock(alarmStart)
 	n, c := alarmNode(t, clock, "", func(c *host.Config) { c.IdleTimeout = 50 * time.Millisecond })
 	dcall(t, c, "hostile/a1", "alarm_in", "60000")
 	if got, want := dcall(t, c, "hostile/a1", "alarm_get", ""), strconv.FormatInt(alarmStart.Add(time.Minute).UnixMilli(), 10); got != want {
@@ -92,7 +102,7 @@ func TestAlarmFiresOnceAtItsTime(t *testing.T) {
 // that sets its next alarm keeps it.
 func TestAlarmReplacedDeletedAndRearmed(t *testing.T) {
 	t.Parallel()
-	clock := hosttest.NewClock(alarmStart)
+	clock := deliverytest.NewClock(alarmStart)
 	_, c := alarmNode(t, clock, "", nil)
 	dcall(t, c, "hostile/r1", "alarm_in", "1000")
 	dcall(t, c, "hostile/r1", "alarm_in", "5000")
@@ -122,7 +132,7 @@ func TestAlarmReplacedDeletedAndRearmed(t *testing.T) {
 // transaction.
 func TestAlarmSetInAFailingCallSetsNothing(t *testing.T) {
 	t.Parallel()
-	clock := hosttest.NewClock(alarmStart)
+	clock := deliverytest.NewClock(alarmStart)
 	_, c := alarmNode(t, clock, "", nil)
 	if _, err := callErr(c, "hostile/f1", "alarm_then_fail", ""); err == nil {
 		t.Fatal("alarm_then_fail succeeded")
@@ -145,7 +155,7 @@ func TestAlarmSetInAFailingCallSetsNothing(t *testing.T) {
 // goes on from it.
 func TestFailingAlarmRetriesOnTheScheduleThenDrops(t *testing.T) {
 	t.Parallel()
-	clock := hosttest.NewClock(alarmStart)
+	clock := deliverytest.NewClock(alarmStart)
 	dir := t.TempDir()
 	n, c := alarmNode(t, clock, dir, nil)
 	// The metrics are the process's: after the restart they count from 0.
@@ -168,12 +178,8 @@ func TestFailingAlarmRetriesOnTheScheduleThenDrops(t *testing.T) {
 			return retries() == float64(attempt)
 		})
 		if attempt == 3 {
-			counted := retries()
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			n.Shutdown(ctx)
-			cancel()
-			before = counted
-			n, c = alarmNode(t, clock, dir, nil)
+			before = retries()
+			n, c = restartAlarmNode(t, n, clock, dir)
 			waitUntil(t, "the alarm scheduled again after the restart", 10*time.Second, func() bool { return metric(t, c, "host_alarms_pending") == 1 })
 			if n.ActiveObjects() != 0 {
 				t.Fatal("the restarted node activated an object whose alarm is not due")
@@ -196,7 +202,7 @@ func TestFailingAlarmRetriesOnTheScheduleThenDrops(t *testing.T) {
 // fixed, runs and commits.
 func TestAlarmOverBudgetOrTrappingIsRetried(t *testing.T) {
 	t.Parallel()
-	clock := hosttest.NewClock(alarmStart)
+	clock := deliverytest.NewClock(alarmStart)
 	_, c := alarmNode(t, clock, "", func(c *host.Config) { c.VM.Budget = 300 * time.Millisecond })
 	dcall(t, c, "hostile/b1", "alarm_mode", "loop")
 	dcall(t, c, "hostile/b1", "alarm_in", "0")
@@ -216,15 +222,12 @@ func TestAlarmOverBudgetOrTrappingIsRetried(t *testing.T) {
 // file at start without activating it, run when due.
 func TestAlarmSurvivesARestart(t *testing.T) {
 	t.Parallel()
-	clock := hosttest.NewClock(alarmStart)
+	clock := deliverytest.NewClock(alarmStart)
 	dir := t.TempDir()
 	n, c := alarmNode(t, clock, dir, nil)
 	dcall(t, c, "chat/room1", "remind", `{"in_ms": 90000, "text": "stand-up"}`)
 	dcall(t, c, "hostile/s1", "alarm_in", "30000")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	n.Shutdown(ctx)
-	cancel()
-	n, c = alarmNode(t, clock, dir, nil)
+	n, c = restartAlarmNode(t, n, clock, dir)
 	waitUntil(t, "both alarms scheduled from the files", 10*time.Second, func() bool { return metric(t, c, "host_alarms_pending") == 2 })
 	if k := n.ActiveObjects(); k != 0 {
 		t.Fatalf("%d objects activated at start", k)
@@ -242,7 +245,7 @@ func TestAlarmSurvivesARestart(t *testing.T) {
 // reason, and the node is unharmed.
 func TestAlarmBadTimes(t *testing.T) {
 	t.Parallel()
-	clock := hosttest.NewClock(alarmStart)
+	clock := deliverytest.NewClock(alarmStart)
 	_, c := alarmNode(t, clock, "", nil)
 	dcall(t, c, "hostile/p1", "alarm_at", "1") // 1970
 	waitUntil(t, "an alarm in the past runs at once", 10*time.Second, func() bool { return alarmsTotal(t, c, "ok") == 1 })
@@ -345,7 +348,7 @@ func TestAlarmOnAClusterRunsOnTheHomeOnceAlsoAfterTakeover(t *testing.T) {
 // call fails at once with the reason, not later when it would be due.
 func TestAlarmNeedsAHandler(t *testing.T) {
 	t.Parallel()
-	clock := hosttest.NewClock(alarmStart)
+	clock := deliverytest.NewClock(alarmStart)
 	_, c := alarmNode(t, clock, "", nil)
 	if _, err := c.Upload(context.Background(), "hostile-rust", vmtest.Wasm(t, "hostile-rust")); err != nil {
 		t.Fatal(err)
@@ -364,7 +367,7 @@ func TestAlarmNeedsAHandler(t *testing.T) {
 // alarm at the earliest pending; bad reminders are refused alike.
 func TestChatRemind(t *testing.T) {
 	t.Parallel()
-	clock := hosttest.NewClock(alarmStart)
+	clock := deliverytest.NewClock(alarmStart)
 	_, c := alarmNode(t, clock, "", nil)
 	if _, err := c.Upload(context.Background(), "chat-rust", vmtest.Wasm(t, "chat-rust")); err != nil {
 		t.Fatal(err)

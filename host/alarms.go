@@ -11,7 +11,6 @@ import (
 
 	"github.com/durable-host/host/abi"
 	"github.com/durable-host/host/delivery"
-	"github.com/durable-host/host/host/internal/tenancy"
 	"github.com/durable-host/host/store"
 )
 
@@ -331,20 +330,6 @@ func (o *object) alarmFailed(a store.Alarm, now time.Time, cfg delivery.Config, 
 		log.Info("alarm failed; it runs again", slog.Time("next", a.Next))
 	}
 	return result
-}
-
-// between runs f in a transaction of the object's own (not a handler's)
-// and commits it. Called locked, with the file open.
-func (o *object) between(f func(*store.Tx) error) error {
-	tx, err := o.file.Begin()
-	if err != nil {
-		return err
-	}
-	if err := f(tx); err != nil {
-		tx.Rollback()
-		return err
-	}
-	return o.commit(tx, o.env.usage.Of(tenancy.TenantOf(o.id.Program)))
 }
 
 // SetAlarm sets the object's alarm in the call's transaction. A program

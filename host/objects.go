@@ -492,6 +492,20 @@ func (o *object) commit(tx *store.Tx, tu *tenancy.Use) error {
 	return nil
 }
 
+// between runs f in a transaction of the object's own (not a handler's:
+// the pump's, an alarm's record of a failed run) and commits it. Called locked, with the file open.
+func (o *object) between(f func(*store.Tx) error) error {
+	tx, err := o.file.Begin()
+	if err != nil {
+		return err
+	}
+	if err := f(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	return o.commit(tx, o.env.usage.Of(tenancy.TenantOf(o.id.Program)))
+}
+
 // storageErr names the limit behind a full file; other errors are as is.
 func (o *object) storageErr(tu *tenancy.Use, err error) error {
 	if store.IsFull(err) {

@@ -149,16 +149,21 @@ func (i *Instance) Receive(h Host, e *abi.Event) error {
 	i.stack[0] = uint64(len(i.scratch))
 	st, err := i.invoke(h, i.receive, i.scratch, 1)
 	i.scratch = i.scratch[:0]
-	if err != nil {
+	return i.outcome(abi.ExportReceive, st, err)
+}
+
+// outcome is the error of a handler without a reply (receive, alarm)
+// that returned st, or failed with err.
+func (i *Instance) outcome(export string, st int32, err error) error {
+	switch {
+	case err != nil:
 		return err
-	}
-	if st == abi.StatusOK {
+	case st == abi.StatusOK:
 		return nil
-	}
-	if st == abi.StatusError {
+	case st == abi.StatusError:
 		return &GuestError{Message: string(i.reply)}
 	}
-	return &GuestError{Message: fmt.Sprintf("receive returned status %d", st)}
+	return &GuestError{Message: fmt.Sprintf("%s returned status %d", export, st)}
 }
 
 // Alarm runs the alarm handler: the object's alarm is due.
@@ -167,16 +172,7 @@ func (i *Instance) Alarm(h Host) error {
 		return ErrNoHandler
 	}
 	st, err := i.invoke(h, i.alarm, nil, 0)
-	if err != nil {
-		return err
-	}
-	if st == abi.StatusOK {
-		return nil
-	}
-	if st == abi.StatusError {
-		return &GuestError{Message: string(i.reply)}
-	}
-	return &GuestError{Message: fmt.Sprintf("alarm returned status %d", st)}
+	return i.outcome(abi.ExportAlarm, st, err)
 }
 
 // Event runs the connection event handler on e and returns the frame to send,

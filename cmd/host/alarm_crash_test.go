@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/durable-host/host/bench"
 	hclient "github.com/durable-host/host/host/client"
 	"github.com/durable-host/host/vm/vmtest"
 )
@@ -66,14 +64,5 @@ func TestAlarmSurvivesKill9(t *testing.T) {
 // alarmsOK is the node's count of alarm runs that committed.
 func alarmsOK(t *testing.T, addr string) float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	m, err := bench.ParseMetrics(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m.Sum("host_alarms_total", `result="ok"`)
+	return metricsOf(t, addr).Sum("host_alarms_total", `result="ok"`)
 }

@@ -1,4 +1,7 @@
-package hosttest
+// Package deliverytest is for tests of what runs on a delivery.Clock:
+// Clock, a clock that moves only when the test says. It imports nothing
+// of the module's but delivery's Clock interface.
+package deliverytest
 
 import (
 	"sort"
@@ -8,9 +11,9 @@ import (
 	"github.com/durable-host/host/delivery"
 )
 
-// Clock is a clock that moves only when the test says (Advance), for a
-// node's delivery.Config.Clock: what handlers read as the time, what alarms
-// and delivery retries are scheduled by.
+// Clock is a clock that moves only when the test says (Advance): a pump's
+// retries, or a node's (delivery.Config.Clock: what its handlers read as
+// the time, and what alarms and delivery retries are scheduled by).
 type Clock struct {
 	mu      sync.Mutex
 	now     time.Time
