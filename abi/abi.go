@@ -47,7 +47,10 @@ package abi
 import "errors"
 
 // Version is the ABI version a guest reports through ExportVersion. The host
-// refuses modules that report another version.
+// refuses modules that report another version. The alarm imports and export
+// did not raise it: a guest that sets no alarm imports none of them and runs
+// on a host from before them (which ignores an export it does not know), and
+// one that does is refused there at upload, naming the import it lacks.
 const Version = 1
 
 // ImportModule is the module name of every host function.

@@ -262,11 +262,10 @@ func (o *object) alarm(ctx context.Context, cfg delivery.Config) alarmResult {
 		if err != nil {
 			return err
 		}
+		due = a
 		if !ok || a.Next.After(now) {
-			due = a
 			return errNotDue
 		}
-		due = a
 		if !o.module.Has(abi.HandlerAlarm) {
 			return fmt.Errorf("%s has no alarm handler (the version running now does not register one)", o.id)
 		}
