@@ -72,6 +72,8 @@ func alarmsTotal(t *testing.T, c *hclient.Client, result string) float64 {
 
 // An alarm runs its handler once, at its time and not before, on an
 // object that was deactivated meanwhile, and is cleared by that run.
+//
+// conformance: A02
 func TestAlarmFiresOnceAtItsTime(t *testing.T) {
 	t.Parallel()
 	clock := deliverytest.NewClock(alarmStart)
@@ -100,6 +102,8 @@ func TestAlarmFiresOnceAtItsTime(t *testing.T) {
 
 // Setting an alarm again replaces it; deleting it cancels it; a handler
 // that sets its next alarm keeps it.
+//
+// conformance: A01 A02
 func TestAlarmReplacedDeletedAndRearmed(t *testing.T) {
 	t.Parallel()
 	clock := deliverytest.NewClock(alarmStart)
@@ -130,6 +134,8 @@ func TestAlarmReplacedDeletedAndRearmed(t *testing.T) {
 
 // An alarm set by a call that fails is not set: it is part of the call's
 // transaction.
+//
+// conformance: A01
 func TestAlarmSetInAFailingCallSetsNothing(t *testing.T) {
 	t.Parallel()
 	clock := deliverytest.NewClock(alarmStart)
@@ -153,6 +159,8 @@ func TestAlarmSetInAFailingCallSetsNothing(t *testing.T) {
 // durable delivery, then is dropped and counted; nothing a failed run
 // wrote commits. The count of attempts is in the file: a restart halfway
 // goes on from it.
+//
+// conformance: A03
 func TestFailingAlarmRetriesOnTheScheduleThenDrops(t *testing.T) {
 	t.Parallel()
 	clock := deliverytest.NewClock(alarmStart)
@@ -200,6 +208,8 @@ func TestFailingAlarmRetriesOnTheScheduleThenDrops(t *testing.T) {
 // An alarm that runs past its budget or traps is a failed attempt like an
 // error; the node goes on, and the next attempt, once the handler is
 // fixed, runs and commits.
+//
+// conformance: A03
 func TestAlarmOverBudgetOrTrappingIsRetried(t *testing.T) {
 	t.Parallel()
 	clock := deliverytest.NewClock(alarmStart)
@@ -220,6 +230,8 @@ func TestAlarmOverBudgetOrTrappingIsRetried(t *testing.T) {
 
 // A pending alarm survives a restart of the node: found in the object's
 // file at start without activating it, run when due.
+//
+// conformance: A04
 func TestAlarmSurvivesARestart(t *testing.T) {
 	t.Parallel()
 	clock := deliverytest.NewClock(alarmStart)
@@ -243,6 +255,8 @@ func TestAlarmSurvivesARestart(t *testing.T) {
 // A guest's bad alarm times: one long past runs at once; a negative one,
 // one more than ten years ahead and the largest int64 are refused with a
 // reason, and the node is unharmed.
+//
+// conformance: A06
 func TestAlarmBadTimes(t *testing.T) {
 	t.Parallel()
 	clock := deliverytest.NewClock(alarmStart)
@@ -273,6 +287,8 @@ func TestAlarmBadTimes(t *testing.T) {
 // the copies hold it but do not schedule it. When the home leaves before
 // an alarm is due, the node that takes the object over runs it, once, and
 // an alarm that already ran does not run again there.
+//
+// conformance: A02 A05
 func TestAlarmOnAClusterRunsOnTheHomeOnceAlsoAfterTakeover(t *testing.T) {
 	t.Parallel()
 	nodes, _ := hosttest.Cluster(t, 3, hosttest.Options{Programs: clusterPrograms})
@@ -346,6 +362,8 @@ func TestAlarmOnAClusterRunsOnTheHomeOnceAlsoAfterTakeover(t *testing.T) {
 
 // A program that registers no alarm handler cannot set an alarm: the
 // call fails at once with the reason, not later when it would be due.
+//
+// conformance: A06
 func TestAlarmNeedsAHandler(t *testing.T) {
 	t.Parallel()
 	clock := deliverytest.NewClock(alarmStart)
@@ -365,6 +383,8 @@ func TestAlarmNeedsAHandler(t *testing.T) {
 // The chat examples' remind, in Go and in Rust: reminders come due in
 // order, each posted once as a message by "reminder", with the room's one
 // alarm at the earliest pending; bad reminders are refused alike.
+//
+// conformance: A02
 func TestChatRemind(t *testing.T) {
 	t.Parallel()
 	clock := deliverytest.NewClock(alarmStart)

@@ -23,6 +23,8 @@ func alarmOf(t *testing.T, f *store.File) (store.Alarm, bool) {
 // The alarm is part of the transaction: a rollback, or a rollback to a
 // savepoint, sets nothing; a commit sets it, a later one replaces or
 // deletes it, and a read-only look at the file sees what was committed.
+//
+// conformance: A01
 func TestAlarmIsTransactional(t *testing.T) {
 	f := newFile(t)
 	at := time.Unix(1_800_000_000, 0)
@@ -77,6 +79,8 @@ func TestAlarmIsTransactional(t *testing.T) {
 
 // A copy applying its home's change sets holds the home's alarm: set,
 // retried and deleted.
+//
+// conformance: A05
 func TestAlarmReplicates(t *testing.T) {
 	home, cp := newFile(t), newFile(t)
 	home.CaptureAll(true)

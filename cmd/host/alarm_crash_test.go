@@ -13,6 +13,8 @@ import (
 // TestAlarmSurvivesKill9 sets reminders (chat's remind, an alarm each) in
 // a `host serve` process, kills it with SIGKILL before they are due and
 // starts it again on its data directory: each reminder is posted once.
+//
+// conformance: A04
 func TestAlarmSurvivesKill9(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
