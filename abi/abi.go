@@ -34,6 +34,7 @@
 //	follow(request_len i32) -> i32 status                optional: the follow hook
 //	receive(event_len i32) -> i32 status                 optional: durable follower
 //	event(event_len i32) -> i32 status                   optional: connection events
+//	alarm() -> i32 status                                optional: the object's alarm fired
 //
 // Input of call is the method name followed by the payload. Input of follow is
 // an encoded [FollowRequest]; input of receive and event an encoded [Event].
@@ -46,7 +47,10 @@ package abi
 import "errors"
 
 // Version is the ABI version a guest reports through ExportVersion. The host
-// refuses modules that report another version.
+// refuses modules that report another version. The alarm imports and export
+// did not raise it: a guest that sets no alarm imports none of them and runs
+// on a host from before them (which ignores an export it does not know), and
+// one that does is refused there at upload, naming the import it lacks.
 const Version = 1
 
 // ImportModule is the module name of every host function.
@@ -59,6 +63,10 @@ const (
 	ExportFollow  = "follow"
 	ExportReceive = "receive"
 	ExportEvent   = "event"
+	// ExportAlarm is the alarm handler: alarm() -> i32 status, run in a
+	// transaction of its own once the time an alarm_set asked for has
+	// come. It has no input.
+	ExportAlarm = "alarm"
 	// ExportHandlers is optional: host_handlers() -> i32, a bit set of the
 	// Handler* values naming which optional handlers the program registered.
 	// The host reads it once per module after _initialize. Without it, the
@@ -71,6 +79,7 @@ const (
 	HandlerFollow  int32 = 1 << 0
 	HandlerReceive int32 = 1 << 1
 	HandlerEvent   int32 = 1 << 2
+	HandlerAlarm   int32 = 1 << 3
 )
 
 // Import names, all in ImportModule. Signatures use wasm i32 (pointers,
@@ -115,6 +124,19 @@ const (
 	// self_id() -> i32: length of this object's "program/id", pending for
 	// result_read.
 	ImportSelfID = "self_id"
+	// alarm_set(unix_ms i64) -> i32 status: set the object's one alarm
+	// (replacing any other) to run the alarm export at or after unix_ms,
+	// in the handler's transaction. A time already past runs it at once.
+	// StatusBadRequest (the reason pending for result_read) for a
+	// negative time, more than MaxAlarmAheadMs ahead, or a program
+	// without an alarm handler.
+	ImportAlarmSet = "alarm_set"
+	// alarm_get() -> i64: the pending alarm's time in Unix milliseconds,
+	// or -1 when none is set.
+	ImportAlarmGet = "alarm_get"
+	// alarm_delete() -> i32 status: cancel the pending alarm, in the
+	// handler's transaction.
+	ImportAlarmDelete = "alarm_delete"
 )
 
 // Status codes returned by exports and host functions. Non-negative lengths
@@ -168,6 +190,11 @@ const (
 	// MaxRandomLen: one random_fill may ask for at most this many bytes;
 	// more traps the guest (the SDKs split larger requests).
 	MaxRandomLen = 64 << 10
+	// MaxAlarmAheadMs is how far ahead an alarm may be set, in
+	// milliseconds (about ten years); further is refused with
+	// StatusBadRequest, as a unit mistake (seconds or nanoseconds for
+	// milliseconds) more likely than a plan.
+	MaxAlarmAheadMs = 10 * 365 * 24 * 3600 * 1000
 )
 
 // Log levels for ImportLog.

@@ -15,59 +15,9 @@ import (
 
 	"github.com/durable-host/host/abi"
 	"github.com/durable-host/host/delivery"
+	"github.com/durable-host/host/delivery/deliverytest"
 	"github.com/durable-host/host/store"
 )
-
-// fakeClock is an injected clock: time moves only when the test says.
-type fakeClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	timers []*fakeTimer
-}
-
-type fakeTimer struct {
-	at   time.Time
-	f    func()
-	done bool
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{now: time.Unix(1_700_000_000, 0)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) AfterFunc(d time.Duration, f func()) func() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := &fakeTimer{at: c.now.Add(d), f: f}
-	c.timers = append(c.timers, t)
-	return func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		was := !t.done
-		t.done = true
-		return was
-	}
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	var fire []func()
-	for _, t := range c.timers {
-		if !t.done && !t.at.After(c.now) {
-			t.done = true
-			fire = append(fire, t.f)
-		}
-	}
-	c.mu.Unlock()
-	for _, f := range fire {
-		f()
-	}
-}
 
 // pub is a publisher over a real object file. Its lanes run on goroutines
 // it counts, so a test can wait for them.
@@ -564,7 +514,7 @@ func TestD09_ObjectEdgesOneDeliveryEachInlineElseRange(t *testing.T) {
 
 // conformance: D18 D19
 func TestD18_RetryScheduleThenDrop(t *testing.T) {
-	clock := newFakeClock()
+	clock := deliverytest.NewClock(time.Unix(1_700_000_000, 0))
 	pb := newPub(t)
 	net := newNet()
 	p, obs := newPump(net, clock)
@@ -596,7 +546,7 @@ func TestD18_RetryScheduleThenDrop(t *testing.T) {
 
 // conformance: D18
 func TestD18_SuccessResetsAttempts(t *testing.T) {
-	clock := newFakeClock()
+	clock := deliverytest.NewClock(time.Unix(1_700_000_000, 0))
 	pb := newPub(t)
 	net := newNet()
 	p, _ := newPump(net, clock)
@@ -937,7 +887,7 @@ func TestPumpLaneStopsWithItsOwner(t *testing.T) {
 //
 // conformance: D18 D24
 func TestD24_OrderAcrossAFollowersEdges(t *testing.T) {
-	clock := newFakeClock()
+	clock := deliverytest.NewClock(time.Unix(1_700_000_000, 0))
 	pb := newPub(t)
 	net := newNet()
 	p, obs := newPump(net, clock)
@@ -987,7 +937,7 @@ func TestD24_OrderAcrossAFollowersEdges(t *testing.T) {
 //
 // conformance: D19 D20
 func TestD20_UnplacedFollowerBacksOffAndIsNeverDropped(t *testing.T) {
-	clock := newFakeClock()
+	clock := deliverytest.NewClock(time.Unix(1_700_000_000, 0))
 	pb := newPub(t)
 	net := newNet()
 	p, obs := newPump(net, clock)

@@ -156,15 +156,7 @@ func (p publisher) Between(ctx context.Context, f func(*store.Tx) error) error {
 	if err := o.readyFile(ctx); err != nil {
 		return err
 	}
-	tx, err := o.file.Begin()
-	if err != nil {
-		return err
-	}
-	if err := f(tx); err != nil {
-		tx.Rollback()
-		return err
-	}
-	return tx.Commit()
+	return o.between(f)
 }
 
 // receive runs a durable delivery on the follower: for each event in order,

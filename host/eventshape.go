@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/durable-host/host/abi"
 	"github.com/durable-host/host/delivery"
@@ -191,5 +192,11 @@ func (statelessHost) Follow(context.Context, abi.FollowRequest) error { return s
 func (statelessHost) Unfollow(context.Context, abi.FollowRequest) error {
 	return stateless("unfollow")
 }
-func (h statelessHost) Self() string                { return h.self }
-func (h statelessHost) Log(level int32, msg string) { guestLog(h.log, h.self, level, msg) }
+func (statelessHost) SetAlarm(context.Context, time.Time) error { return stateless("alarm set") }
+func (statelessHost) Alarm(context.Context) (time.Time, bool, error) {
+	return time.Time{}, false, stateless("alarm get")
+}
+func (statelessHost) DeleteAlarm(context.Context) error { return stateless("alarm delete") }
+func (statelessHost) Now() time.Time                    { return time.Now() }
+func (h statelessHost) Self() string                    { return h.self }
+func (h statelessHost) Log(level int32, msg string)     { guestLog(h.log, h.self, level, msg) }

@@ -36,6 +36,7 @@ type metrics struct {
 	conns        prometheus.Gauge
 	remoteCalls  *prometheus.CounterVec // op
 	remoteBytes  *prometheus.CounterVec // op
+	alarms       *prometheus.CounterVec // result
 
 	log *slog.Logger
 }
@@ -82,7 +83,10 @@ func newMetrics() *metrics {
 	m.remoteBytes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "host_internode_bytes_total", Help: "Bytes of inter-node requests sent, by kind.",
 	}, []string{"kind"})
-	m.reg.MustRegister(m.remoteCalls, m.remoteBytes, m.readPath)
+	m.alarms = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "host_alarms_total", Help: "Alarm runs by result: ok (the handler committed), retry (it failed and runs again after the backoff), dropped (it failed its last attempt).",
+	}, []string{"result"})
+	m.reg.MustRegister(m.remoteCalls, m.remoteBytes, m.readPath, m.alarms)
 	m.reg.MustRegister(calls, m.callSecs, m.batchCalls, m.deliveries, m.deliveredEvs, m.pruned, m.retries, m.dropped,
 		m.received, m.materialized, m.followHooks, m.eventCalls, m.conns, m.streamEvents,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
@@ -172,6 +176,18 @@ func (m *metrics) Dropped(publisher string, e store.Edge, lastErr string) {
 	m.log.Warn("edge dropped after its last failed attempt",
 		slog.String("publisher", publisher), slog.String("follower", e.Follower),
 		slog.String("topic", e.Topic), slog.Int("attempts", e.Attempts+1), slog.String("last_error", lastErr))
+}
+
+func (m *metrics) alarmRan(r alarmResult) {
+	if r != alarmNone {
+		m.alarms.WithLabelValues(string(r)).Inc()
+	}
+}
+
+// alarmCounters exposes the alarms waiting on this node.
+func (m *metrics) alarmCounters(pending func() int) {
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "host_alarms_pending", Help: "Objects with an alarm scheduled on this node."},
+		func() float64 { return float64(pending()) }))
 }
 
 func (m *metrics) handler() http.Handler {

@@ -210,6 +210,7 @@ type Node struct {
 	nats     *natsConn
 	cluster  *cluster.Cluster
 	replicas *replicas // nil without copies
+	alarms   *alarmTimers
 	streams  *streams
 	metrics  *metrics
 	dcfg     delivery.Config
@@ -258,6 +259,8 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	n.metrics.log = n.log
 	n.streams = newStreams()
 	n.dcfg = cfg.Delivery
+	n.alarms = newAlarmTimers(cfg.Delivery.Clock, n.fireAlarm)
+	n.metrics.alarmCounters(n.alarms.pending)
 	if err := n.open(ctx); err != nil {
 		n.closeParts(context.Background())
 		return nil, err
@@ -341,6 +344,7 @@ func (n *Node) open(ctx context.Context) error {
 		dataDir: cfg.DataDir, openFile: openFile, programs: n.programs, engine: n.engine,
 		usage: n.usage, metrics: n.metrics, log: n.log,
 		hint: n.hintCommitted, kick: n.kick, follows: n, maxBatch: cfg.MaxBatch, batchTime: maxBatchTime, batchedCall: maxBatchedCall,
+		now: cfg.Delivery.Clock.Now, alarmFileChanged: n.alarmFileChanged, alarmRetry: n.alarms.schedule,
 	}, cfg.MaxActiveObjects, cfg.IdleTimeout)
 	n.shaper = newShaper(n.programs, n.engine, n.usage, n.metrics, n.log)
 	var topics *topicSubs // the subject fan-out baseline only
@@ -445,6 +449,7 @@ func (n *Node) Start() error {
 			}
 			n.retire(id)
 		}
+		n.scheduleStoredAlarms(n.bgContext)
 		if err := n.resumePublishers(n.bgContext); err != nil {
 			n.log.Warn("resume deliveries", slog.Any("err", err))
 		}
@@ -513,6 +518,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		if n.cluster != nil {
 			n.cluster.Close()
 		}
+		n.alarms.close()
 		n.cancelBg()
 		n.wg.Wait()
 		n.pumpMu.Lock()

@@ -118,6 +118,13 @@ type objectEnv struct {
 	// batchedCall: a method slower than this here (or never seen) starts
 	// a batch of its own.
 	batchedCall time.Duration
+	// now is the clock handlers and alarms see.
+	now func() time.Time
+	// alarmFileChanged schedules the alarm a home's file holds (after a
+	// commit that wrote it, and when the file opens); alarmRetry looks at
+	// an object's alarm again at a time.
+	alarmFileChanged func(ObjectID, *store.File)
+	alarmRetry       func(ObjectID, time.Time)
 }
 
 // follows makes and undoes a follower's edges at the publisher's home,
@@ -336,6 +343,9 @@ func (o *object) fileOpener() (func(context.Context) error, error) {
 			return err
 		}
 		o.file, o.capped, o.frozen = f, 0, false
+		// A home's file may hold an alarm set before a restart or on the
+		// home this one took the object over from.
+		o.env.alarmFileChanged(o.id, f)
 		return nil
 	}, nil
 }
@@ -477,6 +487,9 @@ func (o *object) commit(tx *store.Tx, tu *tenancy.Use) error {
 	if err := tx.Commit(); err != nil {
 		return o.storageErr(tu, err)
 	}
+	if tx.AlarmChanged() {
+		o.env.alarmFileChanged(o.id, o.file)
+	}
 	if tx.Published() > 0 {
 		o.env.hint(o.id)
 		if o.file.MayHaveEdges() {
@@ -484,6 +497,20 @@ func (o *object) commit(tx *store.Tx, tu *tenancy.Use) error {
 		}
 	}
 	return nil
+}
+
+// between runs f in a transaction of the object's own (not a handler's:
+// the pump's, an alarm's record of a failed run) and commits it. Called locked, with the file open.
+func (o *object) between(f func(*store.Tx) error) error {
+	tx, err := o.file.Begin()
+	if err != nil {
+		return err
+	}
+	if err := f(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	return o.commit(tx, o.env.usage.Of(tenancy.TenantOf(o.id.Program)))
 }
 
 // storageErr names the limit behind a full file; other errors are as is.
@@ -547,6 +574,8 @@ type objectHost struct {
 	err error // a failure the guest cannot see (storage), fails the call
 
 	published, publishedBytes int64
+	// alarmWritten: the handler set or deleted the alarm.
+	alarmWritten bool
 }
 
 var _ vm.Host = (*objectHost)(nil)
@@ -646,6 +675,8 @@ func guestFollowErr(err error) error {
 }
 
 func (h *objectHost) Self() string { return h.o.id.String() }
+
+func (h *objectHost) Now() time.Time { return h.o.env.now() }
 
 func (h *objectHost) Log(level int32, msg string) {
 	guestLog(h.o.env.log, h.o.id.String(), level, msg)

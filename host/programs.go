@@ -16,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/durable-host/host/abi"
 	"github.com/durable-host/host/host/client"
 	"github.com/durable-host/host/host/cluster"
 	"github.com/durable-host/host/vm"
@@ -139,7 +140,7 @@ func handlerNames(m *vm.Module) []string {
 	for _, h := range []struct {
 		bit  int32
 		name string
-	}{{1, "follow"}, {2, "receive"}, {4, "event"}} {
+	}{{abi.HandlerFollow, "follow"}, {abi.HandlerReceive, "receive"}, {abi.HandlerEvent, "event"}, {abi.HandlerAlarm, "alarm"}} {
 		if m.Has(h.bit) {
 			out = append(out, h.name)
 		}

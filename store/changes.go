@@ -37,6 +37,8 @@ const (
 	opDueNow       // follower
 	opAdvanceEdge  // id, cursor, attempts, unplaced, due, node ("" keeps it)
 	opSetCursor    // publisher, topic, seq
+	opSetAlarm     // time, attempts, next
+	opDeleteAlarm  // (none)
 )
 
 // Position is how far a file is along its object's change stream: the
@@ -298,6 +300,12 @@ func (t *Tx) applyOp(op byte, d *decoder) error {
 		if publisher, topic, seq := d.str(), d.str(), d.uint(); ok() {
 			err = t.SetCursor(publisher, topic, seq)
 		}
+	case opSetAlarm:
+		if at, attempts, next := d.int(), d.int(), d.int(); ok() {
+			err = t.SetAlarm(Alarm{Time: time.Unix(0, at), Attempts: int(attempts), Next: time.Unix(0, next)})
+		}
+	case opDeleteAlarm:
+		err = t.DeleteAlarm()
 	default:
 		return fmt.Errorf("%w: unknown operation %d (written by a newer binary?)", ErrBadChanges, op)
 	}
@@ -312,7 +320,7 @@ func (t *Tx) applyOp(op byte, d *decoder) error {
 func (f *File) CaptureAll(on bool) { f.captureAll = on }
 
 // Digest is a checksum of the file's logical contents (state, log, edges,
-// the connection floor and receive cursors, in key order): two files with
+// the connection floor, receive cursors and the alarm, in key order): two files with
 // the same contents have the same digest whatever their pages look like. A
 // restored or caught-up copy is checked against its home's with it.
 func (f *File) Digest() (uint64, error) {
@@ -323,6 +331,7 @@ func (f *File) Digest() (uint64, error) {
 		`SELECT id, kind, follower, node, topic, filter, cursor, attempts, unplaced, next_due, created FROM edges ORDER BY id`,
 		`SELECT one, cursor FROM conn_floor`,
 		`SELECT publisher, topic, seq FROM cursors ORDER BY publisher, topic`,
+		`SELECT one, time, attempts, next FROM alarm`,
 	} {
 		rows, err := f.conn.QueryContext(bg, q)
 		if err != nil {

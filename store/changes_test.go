@@ -15,7 +15,7 @@ import (
 
 // randomTx makes one transaction of random writes of every kind a home
 // makes: state puts and deletes, appends, edges added, advanced, removed,
-// the connection floor, receive cursors.
+// the connection floor, receive cursors, the alarm set and deleted.
 func randomTx(r *rand.Rand, tx *store.Tx) error {
 	now := time.Unix(1_700_000_000, int64(r.Intn(1e9)))
 	for range 1 + r.Intn(6) {
@@ -23,7 +23,7 @@ func randomTx(r *rand.Rand, tx *store.Tx) error {
 		follower := fmt.Sprintf("p/f%d", r.Intn(4))
 		topic := fmt.Sprintf("t%d", r.Intn(3))
 		var err error
-		switch r.Intn(11) {
+		switch r.Intn(13) {
 		case 0, 1:
 			err = tx.Put(key, []byte(fmt.Sprint(r.Int())))
 		case 2:
@@ -62,6 +62,11 @@ func randomTx(r *rand.Rand, tx *store.Tx) error {
 			}
 		case 10:
 			err = tx.SetCursor(follower, topic, uint64(r.Intn(100)))
+		case 11:
+			at := now.Add(time.Duration(r.Intn(1000)) * time.Second)
+			err = tx.SetAlarm(store.Alarm{Time: at, Attempts: r.Intn(3), Next: at.Add(time.Duration(r.Intn(5)) * time.Second)})
+		case 12:
+			err = tx.DeleteAlarm()
 		}
 		if err != nil {
 			return err
@@ -80,7 +85,7 @@ func digest(t *testing.T, f *store.File) uint64 {
 }
 
 // A copy that applies each change set of its home has the home's logical
-// contents after every one: state, log, edges, floor and cursors.
+// contents after every one: state, log, edges, floor, cursors and alarm.
 func TestApplyReproducesTheHome(t *testing.T) {
 	home, cp := newFile(t), newFile(t)
 	home.CaptureAll(true)

@@ -1,8 +1,9 @@
 // Package store is an object's SQLite file, the truth its handlers and
 // readers see: its state, its event log, its edges as a publisher (with
 // their in-memory cache and the connection floor), its receive cursors as
-// a follower, its size cap, and the schema's version with the steps that
-// upgrade a file written by an earlier binary.
+// a follower, its one pending alarm (Alarm; ReadAlarm looks without
+// opening the file for writing), its size cap, and the schema's version
+// with the steps that upgrade a file written by an earlier binary.
 //
 // A File is the object's own read-write connection, used by one goroutine
 // at a time through a Tx. Every read of a log, in a transaction or from
@@ -10,6 +11,7 @@
 //
 // It does not deliver, route or decide anything: the pump, slicing,
 // filters' syntax, the wire format and streams are in delivery; where
-// files live, when they open and who may write them are the host's; it
+// files live, when they open, who may write them and when an alarm runs
+// are the host's; it
 // imports neither. A filter reaches it as a func over the payload.
 package store

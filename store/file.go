@@ -160,6 +160,8 @@ type Tx struct {
 	// applying is set while Apply runs another file's change set: the
 	// writes it makes are not this file's own to record.
 	applying bool
+	// alarmChanged: the transaction wrote the alarm (AlarmChanged).
+	alarmChanged bool
 }
 
 // Begin starts a write transaction. SQLite calls use a background context:

@@ -13,6 +13,7 @@ type Savepoint struct {
 	published int
 	patches   int
 	dropEdges bool
+	alarm     bool
 }
 
 // Savepoint marks the transaction as it is now.
@@ -20,7 +21,7 @@ func (t *Tx) Savepoint() (Savepoint, error) {
 	if _, err := t.f.savepoint.ExecContext(bg); err != nil {
 		return Savepoint{}, fmt.Errorf("savepoint: %w", err)
 	}
-	return Savepoint{t: t, ops: len(t.ops), published: t.published, patches: len(t.patches), dropEdges: t.dropEdges}, nil
+	return Savepoint{t: t, ops: len(t.ops), published: t.published, patches: len(t.patches), dropEdges: t.dropEdges, alarm: t.alarmChanged}, nil
 }
 
 // Release keeps what the transaction did since the savepoint.
@@ -46,6 +47,7 @@ func (s Savepoint) RollbackTo() error {
 	t.published = s.published
 	t.patches = t.patches[:s.patches]
 	t.dropEdges = s.dropEdges
+	t.alarmChanged = s.alarm
 	return nil
 }
 

@@ -10,7 +10,10 @@ import (
 // Version is the schema version this package writes, kept in the file's
 // PRAGMA user_version. Open upgrades a file at an earlier version and
 // refuses one at a later version (written by a newer binary).
-const Version = 2
+const Version = 3
+
+// alarmsSince is the version whose step made the alarm table.
+const alarmsSince = 3
 
 // ErrSchemaTooNew is returned by Open for a file written by a newer binary
 // whose schema this one does not know.
@@ -48,6 +51,17 @@ var migrations = []func(ctx context.Context, c *sql.Conn) error{
 	applied INTEGER NOT NULL,
 	seq     INTEGER NOT NULL,
 	sum     INTEGER NOT NULL
+)`)
+		return err
+	},
+	// 2 → 3: the object's one pending alarm (a file made before alarms
+	// has none).
+	func(ctx context.Context, c *sql.Conn) error {
+		_, err := c.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS alarm (
+	one      INTEGER PRIMARY KEY CHECK (one = 1),
+	time     INTEGER NOT NULL,
+	attempts INTEGER NOT NULL,
+	next     INTEGER NOT NULL
 )`)
 		return err
 	},

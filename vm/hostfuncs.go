@@ -37,6 +37,9 @@ var hostFuncs = []hostFunc{
 	{abi.ImportTimeNow, nil, []api.ValueType{api.ValueTypeI64}, hTimeNow},
 	{abi.ImportRandomFill, []api.ValueType{i32, i32}, nil, hRandomFill},
 	{abi.ImportSelfID, nil, []api.ValueType{i32}, hSelfID},
+	{abi.ImportAlarmSet, []api.ValueType{api.ValueTypeI64}, []api.ValueType{i32}, hAlarmSet},
+	{abi.ImportAlarmGet, nil, []api.ValueType{api.ValueTypeI64}, hAlarmGet},
+	{abi.ImportAlarmDelete, nil, []api.ValueType{i32}, hAlarmDelete},
 }
 
 var knownImport = func() map[string]bool {
@@ -272,7 +275,13 @@ func hLog(i *Instance, m api.Module, s []uint64) {
 	i.e.cfg.Logger.Info("guest", slog.String("msg", string(v)))
 }
 
-func hTimeNow(_ *Instance, _ api.Module, s []uint64) { s[0] = uint64(time.Now().UnixNano()) }
+func hTimeNow(i *Instance, _ api.Module, s []uint64) {
+	now := time.Now()
+	if i.host != nil {
+		now = i.host.Now()
+	}
+	s[0] = uint64(now.UnixNano())
+}
 
 func hRandomFill(_ *Instance, m api.Module, s []uint64) {
 	v, ok := view(m, s[0], s[1], abi.MaxRandomLen)
@@ -286,4 +295,32 @@ func hSelfID(i *Instance, _ api.Module, s []uint64) {
 	h := needHost(i)
 	i.result = []byte(h.Self())
 	s[0] = uint64(len(i.result))
+}
+
+func hAlarmSet(i *Instance, _ api.Module, s []uint64) {
+	h := needHost(i)
+	ms := int64(s[0])
+	if ms < 0 {
+		i.result = []byte("alarm time must be Unix milliseconds, not negative")
+		s[0] = status(abi.StatusBadRequest)
+		return
+	}
+	s[0] = hostErr(i, h.SetAlarm(i.ctx, time.UnixMilli(ms)))
+}
+
+func hAlarmGet(i *Instance, _ api.Module, s []uint64) {
+	t, ok, err := needHost(i).Alarm(i.ctx)
+	if err != nil {
+		// Reading the file failed: not the guest's to handle.
+		panic(err)
+	}
+	if !ok {
+		s[0] = uint64(^uint64(0)) // -1
+		return
+	}
+	s[0] = uint64(t.UnixMilli())
+}
+
+func hAlarmDelete(i *Instance, _ api.Module, s []uint64) {
+	s[0] = hostErr(i, needHost(i).DeleteAlarm(i.ctx))
 }

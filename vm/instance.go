@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/sys"
@@ -25,6 +26,16 @@ type Host interface {
 	// is a *RefusedError.
 	Follow(ctx context.Context, req abi.FollowRequest) error
 	Unfollow(ctx context.Context, req abi.FollowRequest) error
+	// SetAlarm sets the object's one alarm to t, replacing any other, in
+	// the call's transaction; a refusal wraps abi.ErrBadRequest.
+	SetAlarm(ctx context.Context, t time.Time) error
+	// Alarm is the pending alarm's time, as the call's transaction sees it.
+	Alarm(ctx context.Context) (time.Time, bool, error)
+	// DeleteAlarm cancels the pending alarm in the call's transaction.
+	DeleteAlarm(ctx context.Context) error
+	// Now is the wall clock the guest sees (time_now): the one its alarms
+	// are scheduled by.
+	Now() time.Time
 	// Self is the object's "program/id".
 	Self() string
 	Log(level int32, msg string)
@@ -40,7 +51,7 @@ type Instance struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	version, call, follow, receive, event api.Function
+	version, call, follow, receive, event, alarm api.Function
 
 	// Per call; touched only by the calling goroutine.
 	host    Host
@@ -138,16 +149,30 @@ func (i *Instance) Receive(h Host, e *abi.Event) error {
 	i.stack[0] = uint64(len(i.scratch))
 	st, err := i.invoke(h, i.receive, i.scratch, 1)
 	i.scratch = i.scratch[:0]
-	if err != nil {
+	return i.outcome(abi.ExportReceive, st, err)
+}
+
+// outcome is the error of a handler without a reply (receive, alarm)
+// that returned st, or failed with err.
+func (i *Instance) outcome(export string, st int32, err error) error {
+	switch {
+	case err != nil:
 		return err
-	}
-	if st == abi.StatusOK {
+	case st == abi.StatusOK:
 		return nil
-	}
-	if st == abi.StatusError {
+	case st == abi.StatusError:
 		return &GuestError{Message: string(i.reply)}
 	}
-	return &GuestError{Message: fmt.Sprintf("receive returned status %d", st)}
+	return &GuestError{Message: fmt.Sprintf("%s returned status %d", export, st)}
+}
+
+// Alarm runs the alarm handler: the object's alarm is due.
+func (i *Instance) Alarm(h Host) error {
+	if i.alarm == nil {
+		return ErrNoHandler
+	}
+	st, err := i.invoke(h, i.alarm, nil, 0)
+	return i.outcome(abi.ExportAlarm, st, err)
 }
 
 // Event runs the connection event handler on e and returns the frame to send,

@@ -456,13 +456,14 @@ func (e *Engine) check(ctx context.Context, m *code) error {
 		abi.ExportFollow:   {api.ValueTypeI32},
 		abi.ExportReceive:  {api.ValueTypeI32},
 		abi.ExportEvent:    {api.ValueTypeI32},
+		abi.ExportAlarm:    nil,
 	}
 	for _, name := range []string{abi.ExportVersion, abi.ExportCall} {
 		if _, ok := exports[name]; !ok {
 			return fmt.Errorf("%w: missing export %q (build with the SDK, which provides it)", ErrInvalidModule, name)
 		}
 	}
-	for _, name := range []string{abi.ExportVersion, abi.ExportHandlers, abi.ExportCall, abi.ExportFollow, abi.ExportReceive, abi.ExportEvent} {
+	for _, name := range []string{abi.ExportVersion, abi.ExportHandlers, abi.ExportCall, abi.ExportFollow, abi.ExportReceive, abi.ExportEvent, abi.ExportAlarm} {
 		params := want[name]
 		def, ok := exports[name]
 		if !ok {
@@ -494,18 +495,24 @@ func (e *Engine) check(ctx context.Context, m *code) error {
 		}
 		m.Handlers = h
 	} else {
-		for bit, name := range map[int32]string{abi.HandlerFollow: abi.ExportFollow, abi.HandlerReceive: abi.ExportReceive, abi.HandlerEvent: abi.ExportEvent} {
+		for bit, name := range optionalHandlers {
 			if _, ok := exports[name]; ok {
 				m.Handlers |= bit
 			}
 		}
 	}
-	for bit, name := range map[int32]string{abi.HandlerFollow: abi.ExportFollow, abi.HandlerReceive: abi.ExportReceive, abi.HandlerEvent: abi.ExportEvent} {
+	for bit, name := range optionalHandlers {
 		if _, ok := exports[name]; !ok {
 			m.Handlers &^= bit
 		}
 	}
 	return nil
+}
+
+// optionalHandlers names the export of each abi.Handler* bit.
+var optionalHandlers = map[int32]string{
+	abi.HandlerFollow: abi.ExportFollow, abi.HandlerReceive: abi.ExportReceive,
+	abi.HandlerEvent: abi.ExportEvent, abi.HandlerAlarm: abi.ExportAlarm,
 }
 
 func sameTypes(a, b []api.ValueType) bool {
@@ -593,6 +600,9 @@ func (e *Engine) instantiate(ctx context.Context, m *Module, pages uint32) (*Ins
 	}
 	if m.Has(abi.HandlerEvent) {
 		inst.event = mod.ExportedFunction(abi.ExportEvent)
+	}
+	if m.Has(abi.HandlerAlarm) {
+		inst.alarm = mod.ExportedFunction(abi.ExportAlarm)
 	}
 	return inst, nil
 }

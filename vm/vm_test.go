@@ -18,6 +18,7 @@ import (
 type memHost struct {
 	state     map[string][]byte
 	published []string
+	alarm     *time.Time
 }
 
 func newMemHost() *memHost { return &memHost{state: map[string][]byte{}} }
@@ -51,7 +52,19 @@ func (h *memHost) Publish(_ context.Context, t string, p []byte) error {
 func (h *memHost) Follow(context.Context, abi.FollowRequest) error   { return nil }
 func (h *memHost) Unfollow(context.Context, abi.FollowRequest) error { return nil }
 func (h *memHost) Self() string                                      { return "test/1" }
-func (h *memHost) Log(int32, string)                                 {}
+func (h *memHost) SetAlarm(_ context.Context, t time.Time) error {
+	h.alarm = &t
+	return nil
+}
+func (h *memHost) Alarm(context.Context) (time.Time, bool, error) {
+	if h.alarm == nil {
+		return time.Time{}, false, nil
+	}
+	return *h.alarm, true, nil
+}
+func (h *memHost) DeleteAlarm(context.Context) error { h.alarm = nil; return nil }
+func (h *memHost) Now() time.Time                    { return time.Now() }
+func (h *memHost) Log(int32, string)                 {}
 
 func newEngine(t testing.TB, budget time.Duration, pages uint32) *vm.Engine {
 	t.Helper()

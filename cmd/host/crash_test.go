@@ -223,6 +223,17 @@ func postThroughKills(t *testing.T, posters int, extra ...string) (perCommit flo
 // callsPerCommit is the mean of the node's host_commit_calls histogram.
 func callsPerCommit(t *testing.T, addr string) float64 {
 	t.Helper()
+	m := metricsOf(t, addr)
+	commits := m.Sum("host_commit_calls_count")
+	if commits == 0 {
+		return 0
+	}
+	return m.Sum("host_commit_calls_sum") / commits
+}
+
+// metricsOf reads the /metrics of the node at addr.
+func metricsOf(t *testing.T, addr string) bench.Metrics {
+	t.Helper()
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -232,9 +243,5 @@ func callsPerCommit(t *testing.T, addr string) float64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	commits := m.Sum("host_commit_calls_count")
-	if commits == 0 {
-		return 0
-	}
-	return m.Sum("host_commit_calls_sum") / commits
+	return m
 }

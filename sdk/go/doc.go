@@ -48,4 +48,29 @@
 // instead. The handler runs once per event on each node for all the sockets
 // attached to one object, and their frames are the same bytes, so do not
 // count on it running once per socket.
+//
+// # Alarms
+//
+// An object wakes itself with an alarm: [SetAlarm] in any handler, and the
+// handler registered with [OnAlarm] runs at or after that time, once, in a
+// transaction of its own on the object's home (activating the object if it
+// was idle, after a restart or a takeover too). An object has one alarm;
+// setting it again moves it, [DeleteAlarm] cancels it, [Alarm] reads it.
+// Setting it is part of the handler's transaction, so a failed handler sets
+// nothing. The alarm is cleared when its handler commits, unless the
+// handler set the next one: keep a schedule of several wake-ups in state
+// and set the alarm to the earliest.
+//
+//	sdk.OnAlarm(func() error {
+//		return sdk.PublishJSON("ticks", map[string]int64{"at": sdk.Now()})
+//	})
+//	sdk.Method("start", func([]byte) ([]byte, error) {
+//		return nil, sdk.SetAlarm(time.Unix(0, sdk.Now()).Add(time.Minute))
+//	})
+//
+// A failed run (an error, a panic, past the budget) is retried after 0.5 s,
+// doubling, and dropped after 8 failed runs. Compute alarm times from
+// [Now], the host's clock that alarms are scheduled by (a test's injected
+// clock too), rather than time.Now. A program must register OnAlarm before
+// its handlers call SetAlarm: without one, SetAlarm fails.
 package sdk

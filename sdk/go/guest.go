@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"time"
 	"unsafe"
 
 	"github.com/durable-host/host/abi"
@@ -55,6 +56,15 @@ func hostRandomFill(p unsafe.Pointer, n int32)
 
 //go:wasmimport host self_id
 func hostSelfID() int32
+
+//go:wasmimport host alarm_set
+func hostAlarmSet(unixMs int64) int32
+
+//go:wasmimport host alarm_get
+func hostAlarmGet() int64
+
+//go:wasmimport host alarm_delete
+func hostAlarmDelete() int32
 
 func strPtr(s string) (unsafe.Pointer, int32) {
 	return unsafe.Pointer(unsafe.StringData(s)), int32(len(s))
@@ -216,6 +226,38 @@ func Random(b []byte) {
 // Self returns this object's "program/id".
 func Self() string { return string(readResult(hostSelfID())) }
 
+// SetAlarm sets this object's alarm: at or after t (to the millisecond)
+// the handler registered with [OnAlarm] runs, once, in a transaction of its
+// own, on the object's home, even if the node restarted or the object
+// moved meanwhile. An object has one alarm; setting it again replaces it.
+// It is part of this handler's transaction: if the handler fails, no alarm
+// is set. A time already past runs the alarm at once.
+//
+// It fails when the program registers no OnAlarm handler, or t is before
+// 1970 or more than ten years ahead.
+func SetAlarm(t time.Time) error {
+	st := hostAlarmSet(t.UnixMilli())
+	if st == abi.StatusBadRequest {
+		if why := readResult(hostResultLen()); len(why) > 0 {
+			return fmt.Errorf("set alarm: %s", why)
+		}
+	}
+	return statusErr("set alarm", st)
+}
+
+// Alarm returns the time of this object's pending alarm, if one is set.
+func Alarm() (time.Time, bool) {
+	ms := hostAlarmGet()
+	if ms < 0 {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(ms), true
+}
+
+// DeleteAlarm cancels this object's pending alarm, in this handler's
+// transaction.
+func DeleteAlarm() error { return statusErr("delete alarm", hostAlarmDelete()) }
+
 func reply(b []byte) {
 	p, n := bytesPtr(b)
 	hostReply(p, n)
@@ -262,6 +304,9 @@ func exportHandlers() int32 {
 	}
 	if onEvent != nil {
 		h |= abi.HandlerEvent
+	}
+	if onAlarm != nil {
+		h |= abi.HandlerAlarm
 	}
 	return h
 }
@@ -323,4 +368,12 @@ func exportEvent(n int32) int32 {
 		return abi.StatusBadRequest
 	}
 	return run(func() ([]byte, error) { return onEvent(e) })
+}
+
+//go:wasmexport alarm
+func exportAlarm() int32 {
+	if onAlarm == nil {
+		return abi.StatusNotFound
+	}
+	return run(func() ([]byte, error) { return nil, onAlarm() })
 }

@@ -47,6 +47,7 @@ var (
 	onFollow func(FollowRequest) error
 	onRecv   func(Event) error
 	onEvent  func(Event) ([]byte, error)
+	onAlarm  func() error
 )
 
 // Method registers a method handler by name. Call it from init.
@@ -84,6 +85,16 @@ func OnReceive(h func(Event) error) { onRecv = h }
 // the sockets are, without the object's state (see the package doc), once
 // per event for every socket of one object on a node.
 func OnEvent(h func(Event) ([]byte, error)) { onEvent = h }
+
+// OnAlarm registers the alarm handler: it runs when the alarm set with
+// [SetAlarm] is due, in a transaction of its own that also clears the
+// alarm, unless the handler sets another (or deletes it). Returning an
+// error, panicking or running past the budget fails the run: nothing it
+// wrote commits, and the host runs it again after 0.5 s, doubling, and
+// drops the alarm after 8 failed runs. A run that committed never runs
+// again, but one cut short by a crash does: the effect on the object's
+// state is once, the handler's own side effects (log lines) may repeat.
+func OnAlarm(h func() error) { onAlarm = h }
 
 // Itoa formats n in decimal as bytes, handy for replies.
 func Itoa(n int64) []byte { return strconv.AppendInt(nil, n, 10) }

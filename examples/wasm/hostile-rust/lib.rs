@@ -8,6 +8,11 @@ host_sdk::program!(register);
 
 fn register(p: &mut Program) {
     p.method("ok", |_| Ok(b"ok".to_vec()));
+    // Registers no on_alarm handler, so the host refuses this alarm.
+    p.method("set_alarm", |_| {
+        host_sdk::set_alarm(host_sdk::now() / 1_000_000)?;
+        Ok(Vec::new())
+    });
     // panic aborts: a trap, reported as a TrapError.
     p.method("panic", |_| {
         host_sdk::put("touched", "yes")?;

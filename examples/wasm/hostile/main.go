@@ -317,6 +317,63 @@ func init() {
 		return nil, nil
 	})
 	sdk.Method("recall", func([]byte) ([]byte, error) { return remembered, nil })
+	alarms()
+}
+
+// alarms registers the alarm probes: methods that set, read and delete
+// the alarm (with any value, as a guest may), and an alarm handler that
+// does what "alarm_mode" says: count and publish (""), fail, loop past
+// its budget, trap, or set the next alarm a second later ("rearm").
+func alarms() {
+	sdk.Method("alarm_at", func(p []byte) ([]byte, error) {
+		ms, err := strconv.ParseInt(string(p), 10, 64)
+		if err != nil {
+			return nil, err
+		}
+		return nil, sdk.SetAlarm(time.UnixMilli(ms))
+	})
+	sdk.Method("alarm_in", func(p []byte) ([]byte, error) {
+		ms, _ := strconv.ParseInt(string(p), 10, 64)
+		return nil, sdk.SetAlarm(time.Unix(0, sdk.Now()).Add(time.Duration(ms) * time.Millisecond))
+	})
+	sdk.Method("alarm_then_fail", func(p []byte) ([]byte, error) {
+		if err := sdk.SetAlarm(time.Unix(0, sdk.Now())); err != nil {
+			return nil, err
+		}
+		sdk.PutInt("touched_by_failing_call", 1)
+		return nil, errors.New("fails after setting an alarm")
+	})
+	sdk.Method("alarm_get", func([]byte) ([]byte, error) {
+		t, ok := sdk.Alarm()
+		if !ok {
+			return []byte("-1"), nil
+		}
+		return sdk.Itoa(t.UnixMilli()), nil
+	})
+	sdk.Method("alarm_delete", func([]byte) ([]byte, error) { return nil, sdk.DeleteAlarm() })
+	sdk.Method("alarm_mode", func(p []byte) ([]byte, error) {
+		sdk.Put("alarm_mode", p)
+		return nil, nil
+	})
+	sdk.Method("alarm_runs", func([]byte) ([]byte, error) { return sdk.Itoa(sdk.GetInt("alarm_runs")), nil })
+	sdk.OnAlarm(func() error {
+		// Every run counts itself, but only a committed run's count stays.
+		sdk.PutInt("alarm_runs", sdk.GetInt("alarm_runs")+1)
+		mode, _ := sdk.Get("alarm_mode")
+		switch string(mode) {
+		case "fail":
+			return errors.New("the alarm handler fails")
+		case "loop":
+			for {
+			}
+		case "trap":
+			var p *int
+			return fmt.Errorf("%d", *p)
+		case "rearm":
+			return sdk.SetAlarm(time.Unix(0, sdk.Now()).Add(time.Second))
+		}
+		return sdk.PublishJSON("alarms", map[string]int64{"runs": sdk.GetInt("alarm_runs")})
+	})
 }
 
 var remembered []byte

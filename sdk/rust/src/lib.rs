@@ -55,6 +55,7 @@ pub mod handlers {
     pub const FOLLOW: i32 = 1 << 0;
     pub const RECEIVE: i32 = 1 << 1;
     pub const EVENT: i32 = 1 << 2;
+    pub const ALARM: i32 = 1 << 3;
 }
 
 /// Log levels (abi.Log*).
@@ -110,6 +111,12 @@ pub mod sys {
         pub fn random_fill(p: *mut u8, n: i32);
         #[link_name = "self_id"]
         pub fn self_id() -> i32;
+        #[link_name = "alarm_set"]
+        pub fn alarm_set(unix_ms: i64) -> i32;
+        #[link_name = "alarm_get"]
+        pub fn alarm_get() -> i64;
+        #[link_name = "alarm_delete"]
+        pub fn alarm_delete() -> i32;
     }
 
     // Off wasm (cargo check, doc tests on the build machine) the imports do
@@ -134,6 +141,9 @@ pub mod sys {
         pub unsafe fn time_now() -> i64 { no() }
         pub unsafe fn random_fill(_: *mut u8, _: i32) { no() }
         pub unsafe fn self_id() -> i32 { no() }
+        pub unsafe fn alarm_set(_: i64) -> i32 { no() }
+        pub unsafe fn alarm_get() -> i64 { no() }
+        pub unsafe fn alarm_delete() -> i32 { no() }
     }
     #[cfg(not(target_arch = "wasm32"))]
     pub use stub::*;
@@ -616,6 +626,40 @@ pub fn self_id() -> String {
     String::from_utf8_lossy(&read_result(n)).into_owned()
 }
 
+/// Sets this object's alarm: at or after `unix_ms` (Unix milliseconds)
+/// the program's `on_alarm` handler runs, once, in a transaction of its
+/// own, on the object's home, after a restart or a takeover too. An object
+/// has one alarm; setting it again replaces it. It is part of this
+/// handler's transaction: if the handler fails, no alarm is set. A time
+/// already past runs the alarm at once. It fails when the program
+/// registers no `on_alarm` handler, or `unix_ms` is negative or more than
+/// ten years ahead. Compute it from [`now`], the clock alarms run by.
+pub fn set_alarm(unix_ms: i64) -> Result<()> {
+    let st = unsafe { sys::alarm_set(unix_ms) };
+    if st == status::BAD_REQUEST {
+        let why = read_result(unsafe { sys::result_len() });
+        if !why.is_empty() {
+            return fail(format!("set alarm: {}", String::from_utf8_lossy(&why)));
+        }
+    }
+    status_err("set alarm", st)
+}
+
+/// The pending alarm's time in Unix milliseconds, if one is set.
+pub fn alarm() -> Option<i64> {
+    let ms = unsafe { sys::alarm_get() };
+    if ms < 0 {
+        None
+    } else {
+        Some(ms)
+    }
+}
+
+/// Cancels this object's pending alarm, in this handler's transaction.
+pub fn delete_alarm() -> Result<()> {
+    status_err("delete alarm", unsafe { sys::alarm_delete() })
+}
+
 /// Formats `n` in decimal as bytes, handy for replies.
 pub fn itoa(n: i64) -> Vec<u8> {
     n.to_string().into_bytes()
@@ -657,6 +701,7 @@ type MethodFn = Box<dyn Fn(&[u8]) -> Result<Vec<u8>>>;
 type FollowFn = Box<dyn Fn(&FollowRequest) -> Result<()>>;
 type ReceiveFn = Box<dyn Fn(&Event) -> Result<()>>;
 type EventFn = Box<dyn Fn(&Event) -> Result<Vec<u8>>>;
+type AlarmFn = Box<dyn Fn() -> Result<()>>;
 
 /// The handlers of a program. The function named in [`program!`] fills it.
 #[derive(Default)]
@@ -665,6 +710,7 @@ pub struct Program {
     on_follow: Option<FollowFn>,
     on_receive: Option<ReceiveFn>,
     on_event: Option<EventFn>,
+    on_alarm: Option<AlarmFn>,
 }
 
 impl Program {
@@ -736,6 +782,20 @@ impl Program {
         F: Fn(&Event) -> Result<Vec<u8>> + 'static,
     {
         self.on_event = Some(Box::new(h));
+        self
+    }
+
+    /// Registers the alarm handler: it runs when the alarm set with
+    /// [`set_alarm`] is due, in a transaction of its own that also clears
+    /// the alarm unless the handler sets another (or deletes it). An error
+    /// (or a panic, or running past the budget) fails the run: nothing it
+    /// wrote commits, and the host runs it again after 0.5 s, doubling,
+    /// and drops the alarm after 8 failed runs.
+    pub fn on_alarm<F>(&mut self, h: F) -> &mut Self
+    where
+        F: Fn() -> Result<()> + 'static,
+    {
+        self.on_alarm = Some(Box::new(h));
         self
     }
 }
@@ -811,6 +871,9 @@ pub mod rt {
         if p.on_event.is_some() {
             h |= super::handlers::EVENT;
         }
+        if p.on_alarm.is_some() {
+            h |= super::handlers::ALARM;
+        }
         h
     }
 
@@ -862,10 +925,17 @@ pub mod rt {
             None => status::BAD_REQUEST,
         }
     }
+
+    pub fn alarm(register: fn(&mut Program)) -> i32 {
+        match &program(register).on_alarm {
+            Some(h) => finish(h().map(|()| Vec::new())),
+            None => status::NOT_FOUND,
+        }
+    }
 }
 
 /// Defines the module's exports (host_abi_version, host_handlers, call,
-/// follow, receive, event) for a program whose handlers `register`
+/// follow, receive, event, alarm) for a program whose handlers `register`
 /// (a `fn(&mut Program)`) registers. Use it once, at the crate root.
 #[macro_export]
 macro_rules! program {
@@ -893,6 +963,10 @@ macro_rules! program {
         #[no_mangle]
         pub extern "C" fn event(event_len: i32) -> i32 {
             $crate::rt::event($register, event_len)
+        }
+        #[no_mangle]
+        pub extern "C" fn alarm() -> i32 {
+            $crate::rt::alarm($register)
         }
     };
 }
