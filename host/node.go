@@ -1,10 +1,14 @@
-// Package host is the node: the HTTP API, programs, object activation, and
-// the embedded NATS server. It wires the vm (running guests) to delivery
-// (object files, logs, edges).
+// Package host is the node: its wiring (it builds the parts and connects
+// them), programs, object activation, WebSocket connections and their
+// registry, stream subscriptions, inter-node calls and the embedded NATS
+// server. It wires the vm (running guests) to delivery (the pump, fan-out,
+// streams) and store (object files), and serves the HTTP API (package
+// api) as its Backend.
 //
 // It does not run guests itself (vm does), define what is in an object's
-// file (store does), decide membership and placement (cluster does) nor
-// who may do what and how much (tenancy does).
+// file (store does), route, decode or encode HTTP requests (api does),
+// decide membership and placement (cluster does) nor who may do what and
+// how much (tenancy does).
 package host
 
 import (
