@@ -16,20 +16,14 @@ const maxClientFrame = 64 << 10
 // handleConnect upgrades GET …/connect to a WebSocket once the object's
 // program exists and the tenant may open one more connection, then hands
 // it to the node, which serves it until it ends.
-func (s *server) handleConnect(w http.ResponseWriter, r *http.Request, p tenancy.Principal) {
-	id, err := names.ResolveObject(p, r.PathValue("program"), r.PathValue("id"))
-	if err != nil {
-		s.failAs(w, p, err)
-		return
-	}
+func (s *server) handleConnect(w http.ResponseWriter, r *http.Request, p tenancy.Principal, id names.Object) {
 	pr, err := s.b.Program(r.Context(), id.Program)
 	if err != nil {
 		s.failAs(w, p, err)
 		return
 	}
-	release, err := s.cfg.Usage.Of(p.Tenant).OpenConn()
-	if err != nil {
-		s.failAs(w, p, err)
+	release, ok := s.openConn(w, p)
+	if !ok {
 		return
 	}
 	defer release()

@@ -4,9 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/durable-host/host/abi"
@@ -108,57 +106,4 @@ func (s *server) failAs(w http.ResponseWriter, p tenancy.Principal, err error) {
 		return
 	}
 	writeJSON(w, Status(err), map[string]string{"error": p.Strip(Message(err, s.cfg.Budget))})
-}
-
-// readBody reads at most limit bytes of the request body.
-func readBody(w http.ResponseWriter, r *http.Request, limit int) ([]byte, error) {
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(limit)))
-	var mbe *http.MaxBytesError
-	if errors.As(err, &mbe) {
-		return nil, fmt.Errorf("%w: body is over the limit of %d bytes", abi.ErrTooLarge, limit)
-	}
-	return b, err
-}
-
-// bearer is the request's token: the Authorization header, or for a
-// WebSocket from a browser (which cannot set headers) ?access_token=.
-func bearer(r *http.Request) string {
-	if h := r.Header.Get("Authorization"); h != "" {
-		tok, ok := strings.CutPrefix(h, "Bearer ")
-		if !ok {
-			return h
-		}
-		return strings.TrimSpace(tok)
-	}
-	return r.URL.Query().Get("access_token")
-}
-
-type authedHandler func(w http.ResponseWriter, r *http.Request, p tenancy.Principal)
-
-// authed runs h for the request's principal: the local one without
-// tenancy, else the token's, or fails with 401.
-func (s *server) authed(h authedHandler) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if s.cfg.Tenants == nil {
-			h(w, r, tenancy.Local)
-			return
-		}
-		p, err := s.cfg.Tenants.Authenticate(r.Context(), bearer(r))
-		if err != nil {
-			s.fail(w, err)
-			return
-		}
-		h(w, r, p)
-	}
-}
-
-// operatorOnly is authed for the operator's token; tenants get 403.
-func (s *server) operatorOnly(h authedHandler) http.HandlerFunc {
-	return s.authed(func(w http.ResponseWriter, r *http.Request, p tenancy.Principal) {
-		if !p.Operator {
-			s.fail(w, fmt.Errorf("%w: this needs the operator token (DATA/admin.token)", tenancy.ErrForbidden))
-			return
-		}
-		h(w, r, p)
-	})
 }

@@ -13,12 +13,7 @@ import (
 	"github.com/durable-host/host/store"
 )
 
-func (s *server) handleCall(w http.ResponseWriter, r *http.Request, p tenancy.Principal) {
-	id, err := names.ResolveObject(p, r.PathValue("program"), r.PathValue("id"))
-	if err != nil {
-		s.failAs(w, p, err)
-		return
-	}
+func (s *server) handleCall(w http.ResponseWriter, r *http.Request, p tenancy.Principal, id names.Object) {
 	payload, err := readBody(w, r, s.cfg.MaxPayload)
 	if err != nil {
 		s.failAs(w, p, err)
@@ -37,12 +32,7 @@ func (s *server) handleCall(w http.ResponseWriter, r *http.Request, p tenancy.Pr
 	w.Write(reply)
 }
 
-func (s *server) handleEdges(w http.ResponseWriter, r *http.Request, p tenancy.Principal) {
-	id, err := names.ResolveObject(p, r.PathValue("program"), r.PathValue("id"))
-	if err != nil {
-		s.failAs(w, p, err)
-		return
-	}
+func (s *server) handleEdges(w http.ResponseWriter, r *http.Request, p tenancy.Principal, id names.Object) {
 	edges, err := s.b.Edges(r.Context(), id)
 	if err != nil {
 		s.failAs(w, p, err)
@@ -73,12 +63,7 @@ type CopyInfo struct {
 	Lag      uint64         `json:"lag"` // change sets behind the stream's end
 }
 
-func (s *server) handleReplicas(w http.ResponseWriter, r *http.Request, p tenancy.Principal) {
-	id, err := names.ResolveObject(p, r.PathValue("program"), r.PathValue("id"))
-	if err != nil {
-		s.failAs(w, p, err)
-		return
-	}
+func (s *server) handleReplicas(w http.ResponseWriter, r *http.Request, p tenancy.Principal, id names.Object) {
 	rep, err := s.b.Replicas(r.Context(), id)
 	if err != nil {
 		s.failAs(w, p, err)
@@ -88,12 +73,7 @@ func (s *server) handleReplicas(w http.ResponseWriter, r *http.Request, p tenanc
 	writeJSON(w, http.StatusOK, rep)
 }
 
-func (s *server) handleDeleteEdge(w http.ResponseWriter, r *http.Request, p tenancy.Principal) {
-	id, err := names.ResolveObject(p, r.PathValue("program"), r.PathValue("id"))
-	if err != nil {
-		s.failAs(w, p, err)
-		return
-	}
+func (s *server) handleDeleteEdge(w http.ResponseWriter, r *http.Request, p tenancy.Principal, id names.Object) {
 	edge, err := strconv.ParseInt(r.PathValue("edge"), 10, 64)
 	if err != nil {
 		s.failAs(w, p, fmt.Errorf("%w: edge must be a number", abi.ErrBadRequest))

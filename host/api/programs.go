@@ -7,17 +7,11 @@ import (
 	"net/http"
 
 	"github.com/durable-host/host/abi"
-	"github.com/durable-host/host/host/internal/names"
 	"github.com/durable-host/host/host/internal/tenancy"
 )
 
-func (s *server) handleUpload(w http.ResponseWriter, r *http.Request, p tenancy.Principal) {
+func (s *server) handleUpload(w http.ResponseWriter, r *http.Request, p tenancy.Principal, qname string) {
 	name := r.PathValue("name")
-	qname, err := names.ResolveProgram(p, name)
-	if err != nil {
-		s.failAs(w, p, err)
-		return
-	}
 	tu := s.cfg.Usage.Of(p.Tenant)
 	limit := int64(s.cfg.MaxModuleSize)
 	if tu != nil && tu.Limits().ModuleBytes < limit {
@@ -79,13 +73,8 @@ func (s *server) handleListPrograms(w http.ResponseWriter, r *http.Request, p te
 	writeJSON(w, http.StatusOK, map[string]any{"programs": ps})
 }
 
-func (s *server) handleGetProgram(w http.ResponseWriter, r *http.Request, p tenancy.Principal) {
+func (s *server) handleGetProgram(w http.ResponseWriter, r *http.Request, p tenancy.Principal, qname string) {
 	name := r.PathValue("name")
-	qname, err := names.ResolveProgram(p, name)
-	if err != nil {
-		s.failAs(w, p, err)
-		return
-	}
 	ps, err := s.b.Programs(r.Context(), qname)
 	if err != nil {
 		s.failAs(w, p, err)

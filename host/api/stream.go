@@ -22,12 +22,7 @@ import (
 // and a subscription that ends on an error sends `event: error` with
 // {"error": "..."} before closing. The id is the consumer's checkpoint:
 // reconnect with ?after=ID (or the Last-Event-ID header) to resume.
-func (s *server) handleStream(w http.ResponseWriter, r *http.Request, p tenancy.Principal) {
-	id, err := names.ResolveObject(p, r.PathValue("program"), r.PathValue("id"))
-	if err != nil {
-		s.failAs(w, p, err)
-		return
-	}
+func (s *server) handleStream(w http.ResponseWriter, r *http.Request, p tenancy.Principal, id names.Object) {
 	if _, err := s.b.Program(r.Context(), id.Program); err != nil {
 		s.failAs(w, p, err)
 		return
@@ -56,9 +51,8 @@ func (s *server) handleStream(w http.ResponseWriter, r *http.Request, p tenancy.
 		s.failAs(w, p, fmt.Errorf("streaming is not supported on this connection"))
 		return
 	}
-	release, err := s.cfg.Usage.Of(p.Tenant).OpenConn()
-	if err != nil {
-		s.failAs(w, p, err)
+	release, ok := s.openConn(w, p)
+	if !ok {
 		return
 	}
 	defer release()
@@ -82,7 +76,7 @@ func (s *server) handleStream(w http.ResponseWriter, r *http.Request, p tenancy.
 	}
 	// One flush per drain: a catch-up goes out in full buffers, a live
 	// event at once.
-	err = s.b.Stream(r.Context(), StreamQuery{Object: id, Topic: topic, Filter: filter, After: after}, send, rc.Flush)
+	err := s.b.Stream(r.Context(), StreamQuery{Object: id, Topic: topic, Filter: filter, After: after}, send, rc.Flush)
 	if err == nil {
 		return
 	}
