@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/durable-host/host/host/api"
 	"github.com/durable-host/host/host/cluster"
 	"github.com/durable-host/host/replica"
 	"github.com/durable-host/host/store"
@@ -254,17 +255,10 @@ func (n *Node) copiesLocal(_ context.Context, req copiesRequest) (*struct{}, err
 
 // ReplicaReport is where an object's file and its copies are, and how far
 // each is along its change stream: what `host replicas` shows.
-type ReplicaReport struct {
-	Object string `json:"object"`
-	// Home is the directory's holder ("" before the object's first use).
-	Home string `json:"home"`
-	// Want is the copies each object keeps besides its home (--replicas).
-	Want int `json:"want"`
-	// Stream is the change stream's last change set.
-	Stream replica.Tail `json:"stream"`
-	// Copies lists the home's file first, then every copy on a live node.
-	Copies []CopyInfo `json:"copies"`
-}
+type ReplicaReport = api.ReplicaReport
+
+// Nodes lists the cluster's live nodes.
+func (n *Node) Nodes() []cluster.NodeInfo { return n.cluster.Nodes() }
 
 // Replicas reports where id's file and its copies are.
 func (n *Node) Replicas(ctx context.Context, id ObjectID) (ReplicaReport, error) {

@@ -49,7 +49,7 @@ func StreamAfter(n *Node, object, topic string, after uint64, limit, maxBytes in
 	if err != nil {
 		return nil, err
 	}
-	return streamReader{n: n, obj: id, topic: topic}.After(context.Background(), after, limit, maxBytes)
+	return streamReader{read: n.readStream, obj: id, topic: topic}.After(context.Background(), after, limit, maxBytes)
 }
 
 // HintListenerRegistered registers a stream subscription's hint listener

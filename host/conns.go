@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -17,11 +15,10 @@ import (
 
 	"github.com/durable-host/host/abi"
 	"github.com/durable-host/host/delivery"
+	"github.com/durable-host/host/host/api"
+	"github.com/durable-host/host/host/internal/names"
 	"github.com/durable-host/host/vm"
 )
-
-// maxClientFrame bounds a frame a WebSocket client may send.
-const maxClientFrame = 64 << 10
 
 // conns is the registry of this node's WebSocket connections, and what
 // each of them uses of the node.
@@ -180,35 +177,17 @@ func (c *conn) reply(v any) {
 	}
 }
 
-func (n *Node) handleConnect(w http.ResponseWriter, r *http.Request, p principal) {
-	id, err := resolveObject(p, r.PathValue("program"), r.PathValue("id"))
-	if err != nil {
-		n.failAs(w, p, err)
-		return
-	}
-	pr, err := n.programs.latest(r.Context(), id.Program)
-	if err != nil {
-		n.failAs(w, p, err)
-		return
-	}
-	release, err := n.usage.Of(p.Tenant).OpenConn()
-	if err != nil {
-		n.failAs(w, p, err)
-		return
-	}
-	defer release()
-	ws, err := websocket.Accept(w, r, nil)
-	if err != nil {
-		return
-	}
-	ws.SetReadLimit(maxClientFrame)
+// Connect serves ws, upgraded by the API, as one of this node's
+// connections until it ends: it answers hello, then reads the client's
+// requests while its writer sends control frames and delivered events.
+func (n *Node) Connect(ws *websocket.Conn, ac api.Conn) {
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &conn{
 		id:       n.id + "." + strconv.FormatUint(n.conns.seq.Add(1), 10),
 		cs:       n.conns,
-		who:      p,
-		attached: id,
-		useEvent: slices.Contains(pr.Handlers, "event"),
+		who:      ac.Who,
+		attached: ac.Object,
+		useEvent: ac.UseEvent,
 		ws:       ws,
 		inbox:    make(chan *delivery.Item, n.dcfg.Inbox),
 		ctrl:     make(chan []byte, 16),
@@ -224,7 +203,7 @@ func (n *Node) handleConnect(w http.ResponseWriter, r *http.Request, p principal
 	n.metrics.conns.Inc()
 	defer n.conns.wg.Done()
 	defer n.metrics.conns.Dec()
-	c.reply(map[string]any{"type": "hello", "connection": c.id, "node": n.id, "object": showObject(p, id)})
+	c.reply(map[string]any{"type": "hello", "connection": c.id, "node": n.id, "object": names.Show(c.who, c.attached)})
 	go c.writeLoop()
 	c.readLoop()
 	c.close()
@@ -292,7 +271,7 @@ func parseClientRequest(data []byte) (clientRequest, error) {
 	case "ping":
 		return req, nil
 	default:
-		return req, fmt.Errorf("unknown request type %q: use follow, unfollow or ping", clip(req.Type))
+		return req, fmt.Errorf("unknown request type %q: use follow, unfollow or ping", names.Clip(req.Type))
 	}
 	if req.Object != "" {
 		if _, err := ParseObjectID(req.Object); err != nil {
@@ -321,7 +300,7 @@ func (c *conn) handle(req *clientRequest) {
 	pub := c.attached
 	if req.Object != "" {
 		var err error
-		if pub, err = followTarget(c.who, req.Object); err != nil {
+		if pub, err = names.FollowTarget(c.who, req.Object); err != nil {
 			errReply(err)
 			return
 		}
@@ -336,7 +315,7 @@ func (c *conn) handle(req *clientRequest) {
 		if err != nil {
 			var re *vm.RefusedError
 			if errors.As(err, &re) {
-				err = fmt.Errorf("follow refused by %s: %s", showObject(c.who, pub), re.Reason)
+				err = fmt.Errorf("follow refused by %s: %s", names.Show(c.who, pub), re.Reason)
 			}
 			errReply(err)
 			return
@@ -350,7 +329,7 @@ func (c *conn) handle(req *clientRequest) {
 		if c.cs.topics != nil {
 			c.cs.topics.follow(pub, req.Topic, c)
 		}
-		c.reply(map[string]any{"type": "followed", "object": showObject(c.who, pub), "topic": req.Topic, "edge": e.ID, "cursor": e.Cursor})
+		c.reply(map[string]any{"type": "followed", "object": names.Show(c.who, pub), "topic": req.Topic, "edge": e.ID, "cursor": e.Cursor})
 	case "unfollow":
 		ok, err := c.cs.node.Unfollow(c.ctx, pub, abi.FollowerConnection, c.id, req.Topic)
 		if err != nil {
@@ -360,7 +339,7 @@ func (c *conn) handle(req *clientRequest) {
 		c.mu.Lock()
 		delete(c.follows[pub], req.Topic)
 		c.mu.Unlock()
-		c.reply(map[string]any{"type": "unfollowed", "object": showObject(c.who, pub), "topic": req.Topic, "existed": ok})
+		c.reply(map[string]any{"type": "unfollowed", "object": names.Show(c.who, pub), "topic": req.Topic, "existed": ok})
 	case "ping":
 		c.reply(map[string]any{"type": "pong"})
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/durable-host/host/abi"
 	"github.com/durable-host/host/delivery"
+	"github.com/durable-host/host/host/api"
 	"github.com/durable-host/host/host/cluster"
 	"github.com/durable-host/host/store"
 	"github.com/durable-host/host/vm"
@@ -244,6 +245,18 @@ type remoteError struct {
 
 func (e *remoteError) Error() string { return e.msg }
 
+// HTTPStatus is the status the other node answered, so the API answers
+// with it too; a reply without one has its code's.
+func (e *remoteError) HTTPStatus() int {
+	if e.status >= 400 {
+		return e.status
+	}
+	if err := e.Unwrap(); err != nil {
+		return api.Status(err)
+	}
+	return http.StatusInternalServerError
+}
+
 // Unwrap is the sentinel the code names, so errors.Is holds across nodes.
 func (e *remoteError) Unwrap() error { return codeErrors[e.code] }
 
@@ -342,13 +355,13 @@ func (n *Node) serve(hs ...handler) error {
 				}
 				if err != nil {
 					code := codeOf(err)
-					reply.Header.Set(hdrStatus, strconv.Itoa(statusOf(err)))
+					reply.Header.Set(hdrStatus, strconv.Itoa(api.Status(err)))
 					reply.Header.Set(hdrCode, code)
 					// Never an empty body: nats.go takes an empty reply
 					// with Status 503 for "no responders", and the code
 					// of a 503 (unavailable, shutting down) would be lost.
 					reply.Data = []byte(code)
-					reply.Header.Set(hdrError, n.apiMessage(err))
+					reply.Header.Set(hdrError, api.Message(err, n.cfg.VM.Budget))
 					var re *vm.RefusedError
 					if errors.As(err, &re) {
 						reply.Header.Set(hdrReason, re.Reason)
@@ -492,8 +505,4 @@ func (n *Node) materializeRemote(ctx context.Context, pub ObjectID, d *delivery.
 	q := *d
 	q.Events = nil
 	return opRange.send(ctx, n, h, ObjectID{}, &q)
-}
-
-func (n *Node) handleCluster(w http.ResponseWriter, r *http.Request, _ principal) {
-	writeJSON(w, http.StatusOK, map[string]any{"self": n.id, "nodes": n.cluster.Nodes()})
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/durable-host/host/abi"
 	"github.com/durable-host/host/delivery"
+	"github.com/durable-host/host/host/api"
 	"github.com/durable-host/host/store"
 	"github.com/durable-host/host/vm"
 )
@@ -25,7 +26,7 @@ func TestRemoteErrorsCrossByCode(t *testing.T) {
 		ErrUnknownProgram, ErrUnknownObject, ErrNotFound, ErrConflict, ErrShuttingDown} {
 		// A message that names another error must not matter.
 		err := fmt.Errorf("%w: mentions %v and not home", want, ErrConflict)
-		re := &remoteError{status: statusOf(err), code: codeOf(err), msg: err.Error()}
+		re := &remoteError{status: api.Status(err), code: codeOf(err), msg: err.Error()}
 		if !errors.Is(re, want) {
 			t.Errorf("%v crossed as code %q, which is not %v again", err, re.code, want)
 		}
@@ -182,13 +183,13 @@ func TestInternodeErrorsCrossByCode(t *testing.T) {
 		if want != errNotHome && errors.Is(err, errNotHome) {
 			t.Errorf("%v crossed as not-home, by its text", want)
 		}
-		if got, local := statusOf(err), statusOf(want); got != local {
+		if got, local := api.Status(err), api.Status(want); got != local {
 			t.Errorf("%v crossed with status %d, %d here", want, got, local)
 		}
 	}
 	_, err := o.send(ctx, n, n.id, ObjectID{}, len(sentinels))
 	var re *vm.RefusedError
-	if !errors.As(err, &re) || re.Reason != "members only: conflict" || statusOf(err) != http.StatusForbidden {
+	if !errors.As(err, &re) || re.Reason != "members only: conflict" || api.Status(err) != http.StatusForbidden {
 		t.Errorf("a refusal crossed as %v (%T)", err, err)
 	}
 	_, err = o.send(ctx, n, n.id, ObjectID{}, len(sentinels)+1)
@@ -197,8 +198,8 @@ func TestInternodeErrorsCrossByCode(t *testing.T) {
 			t.Errorf("an unknown error crossed as %v", s)
 		}
 	}
-	if err == nil || err.Error() != "disk on fire" || statusOf(err) != http.StatusInternalServerError {
-		t.Errorf("an unknown error crossed as %v, status %d", err, statusOf(err))
+	if err == nil || err.Error() != "disk on fire" || api.Status(err) != http.StatusInternalServerError {
+		t.Errorf("an unknown error crossed as %v, status %d", err, api.Status(err))
 	}
 	// A body the op cannot decode is the caller's bad request.
 	reply, err := n.nats.nc.Request(nodeSubject(n.id, o.name), []byte("{"), 5*time.Second)

@@ -1,10 +1,14 @@
-// Package host is the node: the HTTP API, programs, object activation, and
-// the embedded NATS server. It wires the vm (running guests) to delivery
-// (object files, logs, edges).
+// Package host is the node: its wiring (it builds the parts and connects
+// them), programs, object activation, WebSocket connections and their
+// registry, stream subscriptions, inter-node calls and the embedded NATS
+// server. It wires the vm (running guests) to delivery (the pump, fan-out,
+// streams) and store (object files), and serves the HTTP API (package
+// api) as its Backend.
 //
 // It does not run guests itself (vm does), define what is in an object's
-// file (store does), decide membership and placement (cluster does) nor
-// who may do what and how much (tenancy does).
+// file (store does), route, decode or encode HTTP requests (api does),
+// decide membership and placement (cluster does) nor who may do what and
+// how much (tenancy does).
 package host
 
 import (
@@ -26,8 +30,10 @@ import (
 
 	"github.com/durable-host/host/abi"
 	"github.com/durable-host/host/delivery"
+	"github.com/durable-host/host/host/api"
 	"github.com/durable-host/host/host/client"
 	"github.com/durable-host/host/host/cluster"
+	"github.com/durable-host/host/host/internal/names"
 	"github.com/durable-host/host/host/internal/tenancy"
 	"github.com/durable-host/host/store"
 	"github.com/durable-host/host/vm"
@@ -174,16 +180,17 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Errors the API maps to statuses. ErrBadRequest, ErrTooLarge and
-// ErrUnavailable are abi's values, shared with the vm and the cluster: a
-// failure a guest sees as a status and the same failure over HTTP need no
+// Errors the API maps to statuses (api.Status). ErrBadRequest, ErrTooLarge
+// and ErrUnavailable are abi's values, shared with the vm and the cluster:
+// a failure a guest sees as a status and the same failure over HTTP need no
 // translating between the two. ErrUnauthorized, ErrForbidden, ErrNotFound
-// and ErrConflict are tenancy's, where they arise.
+// and ErrConflict are tenancy's, where they arise; ErrUnknownProgram and
+// ErrUnknownObject are names'. ErrShuttingDown, the node's own, states its
+// status (503) itself.
 var (
 	ErrBadRequest     = abi.ErrBadRequest
-	ErrUnknownProgram = errors.New("unknown program")
-	ErrUnknownObject  = errors.New("unknown object")
-	ErrShuttingDown   = errors.New("node is shutting down")
+	ErrUnknownProgram = names.ErrUnknownProgram
+	ErrUnknownObject  = names.ErrUnknownObject
 	ErrTooLarge       = abi.ErrTooLarge
 	ErrUnavailable    = abi.ErrUnavailable
 	ErrNotFound       = tenancy.ErrNotFound
@@ -193,6 +200,19 @@ var (
 	// ErrForbidden: a valid token that may not do this.
 	ErrForbidden = tenancy.ErrForbidden
 )
+
+// ErrShuttingDown: the node is stopping.
+var ErrShuttingDown error = &statusError{msg: "node is shutting down", status: http.StatusServiceUnavailable}
+
+// statusError is a sentinel of the node's that says its HTTP status
+// (api.StatusError): no package below the API defines it.
+type statusError struct {
+	msg    string
+	status int
+}
+
+func (e *statusError) Error() string   { return e.msg }
+func (e *statusError) HTTPStatus() int { return e.status }
 
 // Node is one `host serve` process.
 type Node struct {
@@ -396,6 +416,18 @@ func (n *Node) ID() string { return n.id }
 // down and must be started again, under a new id.
 func (n *Node) LeaseLost() <-chan struct{} { return n.lost }
 
+// The node is the HTTP API's backend.
+var _ api.Backend = (*Node)(nil)
+
+// Handler returns the node's HTTP API.
+func (n *Node) Handler() http.Handler {
+	return api.New(n, api.Config{
+		Tenants: n.tenants, Usage: n.usage, TenantLimits: n.cfg.TenantLimits,
+		MaxModuleSize: n.cfg.VM.MaxModuleSize, MaxPayload: n.cfg.MaxPayload, Budget: n.cfg.VM.Budget,
+		Metrics: n.metrics.handler(), Demo: n.cfg.Demo,
+	})
+}
+
 // Start serves the API until Shutdown.
 func (n *Node) Start() error {
 	n.httpSrv = &http.Server{Handler: n.Handler(), ReadHeaderTimeout: 10 * time.Second}
@@ -573,6 +605,22 @@ func (n *Node) Programs(ctx context.Context, name string) ([]client.Program, err
 		}
 	}
 	return n.programs.list(ctx, name)
+}
+
+// ListPrograms lists the latest version of every program keep accepts.
+func (n *Node) ListPrograms(ctx context.Context, keep func(name string) bool) ([]client.Program, error) {
+	return n.programs.listIn(ctx, "", keep)
+}
+
+// ProgramNames lists the name of every program keep accepts.
+func (n *Node) ProgramNames(ctx context.Context, keep func(name string) bool) ([]string, error) {
+	return n.programs.names(ctx, keep)
+}
+
+// Program returns the latest version of the program name, or
+// ErrUnknownProgram.
+func (n *Node) Program(ctx context.Context, name string) (client.Program, error) {
+	return n.programs.latest(ctx, name)
 }
 
 // Call runs method on the object with payload and returns its reply. Calls

@@ -14,36 +14,17 @@ import (
 
 	"github.com/durable-host/host/abi"
 	"github.com/durable-host/host/host/client"
+	"github.com/durable-host/host/host/internal/names"
 	"github.com/durable-host/host/host/internal/tenancy"
 	"github.com/durable-host/host/store"
 	"github.com/durable-host/host/vm"
 )
 
 // ObjectID names an object: a program and an id within it.
-type ObjectID struct {
-	Program string
-	ID      string
-}
-
-func (o ObjectID) String() string { return o.Program + "/" + o.ID }
+type ObjectID = names.Object
 
 // ParseObjectID parses "program/id".
-func ParseObjectID(s string) (ObjectID, error) {
-	p, id, ok := strings.Cut(s, "/")
-	if !ok {
-		return ObjectID{}, fmt.Errorf("%w: object %q must be PROGRAM/ID", ErrBadRequest, clip(s))
-	}
-	o := ObjectID{p, id}
-	return o, o.Validate()
-}
-
-// Validate checks both parts.
-func (o ObjectID) Validate() error {
-	if err := ValidateQualifiedProgram(o.Program); err != nil {
-		return err
-	}
-	return ValidateObjectID(o.ID)
-}
+func ParseObjectID(s string) (ObjectID, error) { return names.Parse(s) }
 
 // object is one active object: its file, its instance, and the lock that
 // lets one handler run at a time.
@@ -553,7 +534,7 @@ func objectFiles(root string) []ObjectID {
 		files, _ := os.ReadDir(filepath.Join(root, p.Name()))
 		for _, f := range files {
 			if name, ok := strings.CutSuffix(f.Name(), ".db"); ok {
-				if id := (ObjectID{p.Name(), name}); id.Validate() == nil {
+				if id := (ObjectID{Program: p.Name(), ID: name}); id.Validate() == nil {
 					out = append(out, id)
 				}
 			}
@@ -640,7 +621,7 @@ func (h *objectHost) Publish(_ context.Context, topic string, payload []byte) er
 // another tenant's object, whose follow hook decides.
 func (h *objectHost) Follow(ctx context.Context, req abi.FollowRequest) error {
 	who := principal{Tenant: tenancy.TenantOf(h.o.id.Program)}
-	pub, err := followTarget(who, req.Publisher)
+	pub, err := names.FollowTarget(who, req.Publisher)
 	if err != nil {
 		return fmt.Errorf("%w: %v", abi.ErrBadRequest, err)
 	}
@@ -654,7 +635,7 @@ func (h *objectHost) Follow(ctx context.Context, req abi.FollowRequest) error {
 }
 
 func (h *objectHost) Unfollow(ctx context.Context, req abi.FollowRequest) error {
-	pub, err := followTarget(principal{Tenant: tenancy.TenantOf(h.o.id.Program)}, req.Publisher)
+	pub, err := names.FollowTarget(principal{Tenant: tenancy.TenantOf(h.o.id.Program)}, req.Publisher)
 	if err != nil {
 		return fmt.Errorf("%w: %v", abi.ErrBadRequest, err)
 	}

@@ -8,9 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -19,49 +17,19 @@ import (
 	"github.com/durable-host/host/abi"
 	"github.com/durable-host/host/host/client"
 	"github.com/durable-host/host/host/cluster"
+	"github.com/durable-host/host/host/internal/names"
 	"github.com/durable-host/host/vm"
 )
 
-var (
-	programName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
-	objectID    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
-)
-
 // ValidateProgramName reports whether name can name a program.
-func ValidateProgramName(name string) error {
-	if !programName.MatchString(name) {
-		return fmt.Errorf("%w: program name %q must be 1-63 of a-z 0-9 _ - and start with a letter or digit", ErrBadRequest, clip(name))
-	}
-	return nil
-}
+func ValidateProgramName(name string) error { return names.ValidateProgram(name) }
 
 // ValidateQualifiedProgram reports whether name is a program name with an
 // optional tenant prefix: PROGRAM or TENANT.PROGRAM.
-func ValidateQualifiedProgram(name string) error {
-	t, p, ok := strings.Cut(name, ".")
-	if !ok {
-		return ValidateProgramName(name)
-	}
-	if ValidateTenantName(t) != nil || ValidateProgramName(p) != nil {
-		return fmt.Errorf("%w: program name %q must be PROGRAM or TENANT.PROGRAM", ErrBadRequest, clip(name))
-	}
-	return nil
-}
+func ValidateQualifiedProgram(name string) error { return names.ValidateQualifiedProgram(name) }
 
 // ValidateObjectID reports whether id can name an object of a program.
-func ValidateObjectID(id string) error {
-	if !objectID.MatchString(id) {
-		return fmt.Errorf("%w: object id %q must be 1-128 of A-Z a-z 0-9 . _ - and start with a letter or digit", ErrBadRequest, clip(id))
-	}
-	return nil
-}
-
-func clip(s string) string {
-	if len(s) > 80 {
-		return s[:80] + "…"
-	}
-	return s
-}
+func ValidateObjectID(id string) error { return names.ValidateID(id) }
 
 // programs is the cluster's program registry: names and versions in a
 // JetStream KV bucket (updated with compare-and-set, so versions are
@@ -331,10 +299,6 @@ func (p *programs) isNewest(pr client.Program) bool {
 	return p.newest[pr.Name].Digest == pr.Digest
 }
 
-func unknownProgram(name string) error {
-	return fmt.Errorf("%w: %q (upload it with: host upload FILE.wasm --name %s)", ErrUnknownProgram, clip(name), clip(name))
-}
-
 // latest returns the newest version of name, or ErrUnknownProgram.
 func (p *programs) latest(ctx context.Context, name string) (client.Program, error) {
 	p.mu.Lock()
@@ -354,7 +318,7 @@ func (p *programs) latestFresh(ctx context.Context, name string) (client.Program
 		return client.Program{}, err
 	}
 	if len(vs) == 0 {
-		return client.Program{}, unknownProgram(name)
+		return client.Program{}, names.UnknownProgram(name)
 	}
 	pr := vs[len(vs)-1]
 	p.mu.Lock()
@@ -396,7 +360,7 @@ func (p *programs) listIn(ctx context.Context, name string, keep func(string) bo
 			return nil, err
 		}
 		if len(vs) == 0 {
-			return nil, unknownProgram(name)
+			return nil, names.UnknownProgram(name)
 		}
 		return vs, nil
 	}

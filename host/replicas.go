@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/durable-host/host/abi"
+	"github.com/durable-host/host/host/api"
 	"github.com/durable-host/host/host/cluster"
 	"github.com/durable-host/host/replica"
 	"github.com/durable-host/host/store"
@@ -440,7 +441,7 @@ func objectOfSubject(subj string) (ObjectID, bool) {
 	if err != nil {
 		return ObjectID{}, false
 	}
-	o := ObjectID{rest[:i], string(id)}
+	o := ObjectID{Program: rest[:i], ID: string(id)}
 	return o, o.Validate() == nil
 }
 
@@ -611,12 +612,7 @@ func (r *replicas) drop(id ObjectID) {
 func (r *replicas) copyIDs() []ObjectID { return objectFiles(r.dir) }
 
 // CopyInfo is one node's copy of an object, for `host replicas`.
-type CopyInfo struct {
-	Node     string         `json:"node"`
-	Home     bool           `json:"home,omitempty"`
-	Position store.Position `json:"position"`
-	Lag      uint64         `json:"lag"` // change sets behind the stream's end
-}
+type CopyInfo = api.CopyInfo
 
 // info describes this node's copy of id, or its file when this node is its
 // home (ok false: neither here).

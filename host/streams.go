@@ -1,14 +1,9 @@
 package host
 
 import (
-	"cmp"
 	"context"
 	"encoding/hex"
-	"encoding/json"
-	"fmt"
 	"log/slog"
-	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
@@ -16,6 +11,7 @@ import (
 
 	"github.com/durable-host/host/abi"
 	"github.com/durable-host/host/delivery"
+	"github.com/durable-host/host/host/api"
 	"github.com/durable-host/host/store"
 )
 
@@ -88,20 +84,21 @@ func (n *Node) readStream(ctx context.Context, obj ObjectID, q streamQuery) ([]a
 	return opStream.onHome(ctx, n, obj, q)
 }
 
-// streamReader is a subscription's delivery.StreamReader.
+// streamReader is a subscription's delivery.StreamReader; read answers a
+// query on the object's home.
 type streamReader struct {
-	n      *Node
+	read   func(context.Context, ObjectID, streamQuery) ([]abi.Event, error)
 	obj    ObjectID
 	topic  string
 	filter string
 }
 
 func (r streamReader) After(ctx context.Context, after uint64, limit, maxBytes int) ([]abi.Event, error) {
-	return r.n.readStream(ctx, r.obj, streamQuery{Topic: r.topic, Filter: r.filter, After: after, Limit: limit, MaxBytes: maxBytes})
+	return r.read(ctx, r.obj, streamQuery{Topic: r.topic, Filter: r.filter, After: after, Limit: limit, MaxBytes: maxBytes})
 }
 
 func (r streamReader) Latest(ctx context.Context) (abi.Event, bool, error) {
-	evs, err := r.n.readStream(ctx, r.obj, streamQuery{Topic: r.topic, Filter: r.filter, Latest: true})
+	evs, err := r.read(ctx, r.obj, streamQuery{Topic: r.topic, Filter: r.filter, Latest: true})
 	if err != nil || len(evs) == 0 {
 		return abi.Event{}, false, err
 	}
@@ -150,84 +147,23 @@ func (s *streams) reconnected() {
 	}
 }
 
-// handleStream serves a subscription as server-sent events: each event is
-//
-//	id: SEQ
-//	event: event
-//	data: {"type":"event","publisher":...,"topic":...,"seq":SEQ,"time":...,"payload":...}
-//
-// and a subscription that ends on an error sends `event: error` with
-// {"error": "..."} before closing. The id is the consumer's checkpoint:
-// reconnect with ?after=ID (or the Last-Event-ID header) to resume.
-func (n *Node) handleStream(w http.ResponseWriter, r *http.Request, p principal) {
-	id, err := resolveObject(p, r.PathValue("program"), r.PathValue("id"))
-	if err != nil {
-		n.failAs(w, p, err)
-		return
-	}
-	if _, err := n.programs.latest(r.Context(), id.Program); err != nil {
-		n.failAs(w, p, err)
-		return
-	}
-	q := r.URL.Query()
-	topic := q.Get("topic")
-	if len(topic) > abi.MaxTopicLen {
-		n.failAs(w, p, fmt.Errorf("%w: topic is longer than %d bytes", ErrBadRequest, abi.MaxTopicLen))
-		return
-	}
-	filter := q.Get("filter")
-	if _, err := delivery.ParseFilter(filter); err != nil {
-		n.failAs(w, p, fmt.Errorf("%w: %v", ErrBadRequest, err))
-		return
-	}
-	var after *uint64
-	if s := cmp.Or(q.Get("after"), r.Header.Get("Last-Event-ID")); s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			n.failAs(w, p, fmt.Errorf("%w: after must be an event seq (a non-negative integer), not %q", ErrBadRequest, clip(s)))
-			return
-		}
-		after = &v
-	}
-	if _, ok := w.(http.Flusher); !ok {
-		n.failAs(w, p, fmt.Errorf("streaming is not supported on this connection"))
-		return
-	}
-	release, err := n.usage.Of(p.Tenant).OpenConn()
-	if err != nil {
-		n.failAs(w, p, err)
-		return
-	}
-	defer release()
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-store")
-	w.Header().Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
-	rc.Flush()
-
-	var buf []byte
-	send := func(e *abi.Event) error {
-		e.Publisher = showObject(p, id)
-		buf = append(buf[:0], "id: "...)
-		buf = strconv.AppendUint(buf, e.Seq, 10)
-		buf = append(buf, "\nevent: event\ndata: "...)
-		buf = delivery.AppendEnvelope(buf, e)
-		buf = append(buf, "\n\n"...)
-		if _, err := w.Write(buf); err != nil {
+// Stream runs the stream subscription q for the API until ctx ends or
+// the node shuts down (nil), or the subscription fails: the object's log
+// read on its home after the cursor, woken by its hints.
+func (n *Node) Stream(ctx context.Context, q api.StreamQuery, send func(*abi.Event) error, flush func() error) error {
+	counted := func(e *abi.Event) error {
+		if err := send(e); err != nil {
 			return err
 		}
 		n.metrics.streamEvents.Inc()
 		return nil
 	}
-	sub := delivery.NewSubscription(n.cfg.Streams, streamReader{n: n, obj: id, topic: topic, filter: filter},
-		natsHints{nc: n.nats.nc, subject: HintSubject(id)}, after, send)
-	// One flush per drain: a catch-up goes out in full buffers, a live
-	// event at once.
-	sub.SetFlush(rc.Flush)
+	sub := delivery.NewSubscription(n.cfg.Streams, streamReader{read: n.readStream, obj: q.Object, topic: q.Topic, filter: q.Filter},
+		natsHints{nc: n.nats.nc, subject: HintSubject(q.Object)}, q.After, counted)
+	sub.SetFlush(flush)
 	n.streams.add(sub)
 	defer n.streams.remove(sub)
-	ctx, cancel := context.WithCancel(r.Context())
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
 		select {
@@ -236,12 +172,10 @@ func (n *Node) handleStream(w http.ResponseWriter, r *http.Request, p principal)
 		case <-ctx.Done():
 		}
 	}()
-	err = sub.Run(ctx)
+	err := sub.Run(ctx)
 	if ctx.Err() != nil {
-		return
+		return nil
 	}
-	n.log.Debug("stream ended", slog.String("object", id.String()), slog.Any("err", err))
-	b, _ := json.Marshal(map[string]string{"error": p.Strip(err.Error())})
-	fmt.Fprintf(w, "event: error\ndata: %s\n\n", b)
-	rc.Flush()
+	n.log.Debug("stream ended", slog.String("object", q.Object.String()), slog.Any("err", err))
+	return err
 }

@@ -10,8 +10,8 @@ import (
 )
 
 // The node's side of tenancy (package tenancy owns tokens, namespaces,
-// limits and usage): the names an embedder uses, and a principal's names
-// resolved under the node's naming rules.
+// limits and usage; package names resolves a principal's names): the names
+// an embedder uses.
 
 // Limits bounds what one tenant may use; package tenancy documents each
 // field and where it is enforced.
@@ -35,46 +35,6 @@ const usageScanEvery = 5 * time.Second
 
 // principal is who a request acts for.
 type principal = tenancy.Principal
-
-// resolveProgram resolves a program name p wrote, for p's own use. Another
-// tenant's name is "unknown": it reveals nothing.
-func resolveProgram(p principal, name string) (string, error) {
-	q, ok := p.Program(name)
-	if !ok {
-		return "", unknownProgram(name)
-	}
-	if err := ValidateQualifiedProgram(name); err != nil {
-		return "", err
-	}
-	return q, nil
-}
-
-// resolveObject resolves PROGRAM/ID parts p wrote, for p's own use.
-func resolveObject(p principal, program, id string) (ObjectID, error) {
-	q, err := resolveProgram(p, program)
-	if err != nil {
-		return ObjectID{}, err
-	}
-	o := ObjectID{q, id}
-	return o, ValidateObjectID(id)
-}
-
-// followTarget resolves the PROGRAM/ID p asks to follow: its own (a plain
-// name) or any tenant's (TENANT.PROGRAM/ID), for the publisher's follow
-// hook to decide.
-func followTarget(p principal, s string) (ObjectID, error) {
-	o, err := ParseObjectID(s)
-	if err != nil {
-		return o, err
-	}
-	o.Program = p.FollowTarget(o.Program)
-	return o, nil
-}
-
-// showObject is how p sees an object's name: its own without the prefix.
-func showObject(p principal, o ObjectID) string {
-	return p.Show(o.Program) + "/" + o.ID
-}
 
 // scanUsage recounts every tenant's object files and bytes under dataDir;
 // the node runs it at start and every usageScanEvery.

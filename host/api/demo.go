@@ -1,4 +1,4 @@
-package host
+package api
 
 import (
 	_ "embed"
@@ -9,7 +9,7 @@ import (
 var demoPage []byte
 
 // handleDemo serves the chat demo page (host dev).
-func (n *Node) handleDemo(w http.ResponseWriter, r *http.Request) {
+func handleDemo(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Write(demoPage)
 }
