@@ -155,30 +155,23 @@ func (l *Log) Restore(ctx context.Context, subject, dst string) (at store.Positi
 		return at, false, err
 	}
 	name := snapshotName(subject, first.Applied)
-	// A read of the object store can stall for good (its consumer cannot
-	// be made while the stream has no leader): a restore that reads
-	// nothing for the Log's timeout fails, and the caller tries again.
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	idle := time.AfterFunc(l.timeout, cancel)
-	defer idle.Stop()
-	obj, err := l.snaps.Get(ctx, name)
-	if err != nil {
-		// A newer snapshot replaced it meanwhile: the caller retries.
-		return at, false, fmt.Errorf("%w: snapshot %s: %v", abi.ErrUnavailable, name, err)
-	}
-	defer obj.Close()
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return at, false, err
 	}
 	tmp := dst + ".restore"
-	store.RemoveFile(tmp)
 	defer store.RemoveFile(tmp)
-	if err := writeDecoded(tmp, idleReader{obj, idle, l.timeout}); err != nil {
-		if ctx.Err() != nil {
-			return at, false, fmt.Errorf("%w: snapshot %s: nothing read for %v", abi.ErrUnavailable, name, l.timeout)
+	// A read of the object store can stall for good (its consumer cannot
+	// be made while the stream has no leader, for a while after a node
+	// left): a read that gets nothing for the Log's timeout is started
+	// again, a few times, then fails for the caller to try later.
+	for attempt := 1; ; attempt++ {
+		err = l.fetchSnapshot(ctx, name, tmp)
+		if !errors.Is(err, errStalled) || attempt == restoreAttempts || ctx.Err() != nil {
+			break
 		}
-		return at, false, fmt.Errorf("%w: snapshot %s: %v", ErrDiverged, name, err)
+	}
+	if err != nil {
+		return at, false, err
 	}
 	at, err = store.ReadPosition(ctx, tmp)
 	if err != nil {
@@ -195,6 +188,37 @@ func (l *Log) Restore(ctx context.Context, subject, dst string) (at store.Positi
 	}
 	l.stats.restores.Add(1)
 	return at, true, nil
+}
+
+// restoreAttempts bounds the reads of one snapshot that stall.
+const restoreAttempts = 3
+
+// errStalled: a snapshot read got nothing for the Log's timeout.
+var errStalled = errors.New("nothing read")
+
+// fetchSnapshot writes the snapshot name, decoded, to a new file at tmp.
+func (l *Log) fetchSnapshot(ctx context.Context, name, tmp string) error {
+	store.RemoveFile(tmp)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	idle := time.AfterFunc(l.timeout, cancel)
+	defer idle.Stop()
+	obj, err := l.snaps.Get(ctx, name)
+	if err != nil {
+		if ctx.Err() != nil && !idle.Stop() {
+			return fmt.Errorf("%w: snapshot %s: %w for %v", abi.ErrUnavailable, name, errStalled, l.timeout)
+		}
+		// A newer snapshot replaced it meanwhile: the caller retries.
+		return fmt.Errorf("%w: snapshot %s: %v", abi.ErrUnavailable, name, err)
+	}
+	defer obj.Close()
+	if err := writeDecoded(tmp, idleReader{obj, idle, l.timeout}); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w: snapshot %s: %w for %v", abi.ErrUnavailable, name, errStalled, l.timeout)
+		}
+		return fmt.Errorf("%w: snapshot %s: %v", ErrDiverged, name, err)
+	}
+	return nil
 }
 
 // idleReader restarts its timer at each read that returns data.
