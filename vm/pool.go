@@ -159,40 +159,30 @@ func (e *Engine) refill(key poolKey, m *Module) {
 // DropPooled closes the instances made ahead for the module digest (a
 // version replaced by a newer one: its code is not kept for them).
 func (e *Engine) DropPooled(digest string) {
-	p := &e.pool
-	p.mu.Lock()
-	var drop []pooled
-	keep := p.items[:0]
-	for _, it := range p.items {
-		if it.key.digest == digest {
-			drop = append(drop, it)
-		} else {
-			keep = append(keep, it)
-		}
-	}
-	clear(p.items[len(keep):])
-	p.items = keep
-	p.mu.Unlock()
-	closePooled(drop)
+	closePooled(e.pool.remove(func(it pooled) bool { return it.key.digest == digest }))
 }
 
 // expirePool closes the instances pooled for longer than poolIdle.
 func (e *Engine) expirePool(now time.Time) {
-	p := &e.pool
+	closePooled(e.pool.remove(func(it pooled) bool { return now.Sub(it.at) >= poolIdle }))
+}
+
+// remove takes the pooled instances drop picks out of the pool.
+func (p *instancePool) remove(drop func(pooled) bool) []pooled {
 	p.mu.Lock()
-	var old []pooled
+	defer p.mu.Unlock()
+	var out []pooled
 	keep := p.items[:0]
 	for _, it := range p.items {
-		if now.Sub(it.at) >= poolIdle {
-			old = append(old, it)
+		if drop(it) {
+			out = append(out, it)
 		} else {
 			keep = append(keep, it)
 		}
 	}
 	clear(p.items[len(keep):])
 	p.items = keep
-	p.mu.Unlock()
-	closePooled(old)
+	return out
 }
 
 // closePool waits for the instances being made and closes every pooled
