@@ -79,8 +79,9 @@ type pendingCall struct {
 	payload []byte
 	reply   []byte
 	err     error
-	// taken is set (under the object's qmu) when a batch takes the call:
-	// from then on its caller waits for done and cannot withdraw it.
+	// taken is set (under the object's qmu) while a batch holds the
+	// call: its caller cannot withdraw it then. A batch that gives it
+	// back unrun clears it.
 	taken bool
 	done  chan struct{}
 }
