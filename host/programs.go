@@ -1,6 +1,7 @@
 package host
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -41,6 +42,7 @@ type programs struct {
 	engine *vm.Engine
 	kv     jetstream.KeyValue
 	blobs  jetstream.ObjectStore
+	js     jetstream.JetStream
 
 	// mu guards compiled, this node's own references to the modules of
 	// the newest versions, by digest, and newest, the latest version of
@@ -80,7 +82,7 @@ func openPrograms(ctx context.Context, log *slog.Logger, dataDir string, js jets
 	if err != nil {
 		return nil, err
 	}
-	return &programs{dir: dir, engine: engine, kv: kv, blobs: blobs, compiled: map[string]*vm.Module{}, newest: map[string]client.Program{}}, nil
+	return &programs{dir: dir, engine: engine, kv: kv, blobs: blobs, js: js, compiled: map[string]*vm.Module{}, newest: map[string]client.Program{}}, nil
 }
 
 // watch keeps newest current as any node uploads.
@@ -120,7 +122,7 @@ func handlerNames(m *vm.Module) []string {
 func (p *programs) versions(ctx context.Context, name string) ([]client.Program, uint64, error) {
 	e, err := p.kv.Get(ctx, name)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, 0, nil
+		return p.leaderVersions(ctx, name)
 	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("%w: program registry: %v", ErrUnavailable, err)
@@ -130,6 +132,50 @@ func (p *programs) versions(ctx context.Context, name string) ([]client.Program,
 		return nil, 0, err
 	}
 	return vs, e.Revision(), nil
+}
+
+// leaderVersions reads name's versions from the registry stream's leader.
+// A KV read is a direct get, which any replica may answer, also one that
+// has not stored yet the upload another node just made: a name found
+// missing is asked again of the leader before it is unknown.
+func (p *programs) leaderVersions(ctx context.Context, name string) ([]client.Program, uint64, error) {
+	req, err := json.Marshal(map[string]string{"last_by_subj": "$KV." + programsBucket + "." + name})
+	if err != nil {
+		return nil, 0, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	m, err := p.js.Conn().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.KV_"+programsBucket, req)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%w: program registry: %v", ErrUnavailable, err)
+	}
+	var resp struct {
+		Message *struct {
+			Seq  uint64 `json:"seq"`
+			Hdrs []byte `json:"hdrs"`
+			Data []byte `json:"data"`
+		} `json:"message"`
+		Error *struct {
+			Code        int    `json:"code"`
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(m.Data, &resp); err != nil {
+		return nil, 0, fmt.Errorf("%w: program registry: %v", ErrUnavailable, err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.Code == 404:
+		return nil, 0, nil
+	case resp.Error != nil:
+		return nil, 0, fmt.Errorf("%w: program registry: %s", ErrUnavailable, resp.Error.Description)
+	case resp.Message == nil || bytes.Contains(resp.Message.Hdrs, []byte("KV-Operation")):
+		return nil, 0, nil // deleted or purged
+	}
+	var vs []client.Program
+	if err := json.Unmarshal(resp.Message.Data, &vs); err != nil {
+		return nil, 0, err
+	}
+	return vs, resp.Message.Seq, nil
 }
 
 // upload validates wasm and stores it as the next version of name. The same
