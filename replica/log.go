@@ -221,6 +221,15 @@ func (l *Log) publish(ctx context.Context, subject, node string, changes []byte,
 	// out of order.
 	id := subject + ":" + strconv.FormatUint(next.Applied, 10) + ":" + strconv.FormatUint(next.Sum, 16)
 	ack, err := l.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(at.Seq), jetstream.WithExpectStream(Stream), jetstream.WithMsgID(id))
+	// The stream's leader refuses an expected-sequence publish while an
+	// earlier message of the subject is still in process there (its
+	// "wrong last sequence" without a sequence): this node's previous
+	// change set, acknowledged a moment before the leader let go of it.
+	// That is no fencing: the publish is tried again.
+	for wait := time.Millisecond; isInProcess(err) && wait <= 256*time.Millisecond && ctx.Err() == nil; wait *= 2 {
+		time.Sleep(wait)
+		ack, err = l.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(at.Seq), jetstream.WithExpectStream(Stream), jetstream.WithMsgID(id))
+	}
 	if err != nil {
 		if isWrongLast(err) {
 			return at, 0, fmt.Errorf("%w (%s moved past stream sequence %d)", ErrFenced, subject, at.Seq)
@@ -240,6 +249,18 @@ func (l *Log) Shipper(subject, node string, timeout time.Duration) store.Shipper
 		return l.Ship(ctx, subject, node, changes, at)
 	}
 }
+
+// isInProcess reports the leader's refusal of an expected-sequence
+// publish while another message of its subject is in process (JetStream's
+// error 10164, "wrong last sequence" with no sequence).
+func isInProcess(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrWrongLastSequenceConstant
+}
+
+// jsErrWrongLastSequenceConstant is nats-server's
+// JSStreamWrongLastSequenceConstantErr, which nats.go does not name.
+const jsErrWrongLastSequenceConstant jetstream.ErrorCode = 10164
 
 func isWrongLast(err error) bool {
 	var apiErr *jetstream.APIError
