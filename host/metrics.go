@@ -111,6 +111,10 @@ func (m *metrics) replicaCounters(stats func() replica.Stats) {
 	)
 }
 
+// activationsHelp describes host_activations_total, one help for both
+// labels as Prometheus requires.
+const activationsHelp = "Object activations, by where their instance came from: pooled (made ahead) or made (at the activation)."
+
 // engineCounters exposes the engine's compiles and compiled modules.
 func (m *metrics) engineCounters(e interface {
 	Compiles() int64
@@ -120,9 +124,9 @@ func (m *metrics) engineCounters(e interface {
 	m.reg.MustRegister(
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "host_module_compiles_total", Help: "Modules compiled by this node (once per digest while in use)."},
 			func() float64 { return float64(e.Compiles()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "host_activations_total", Help: "Object activations that took an instance made ahead.", ConstLabels: prometheus.Labels{"instance": "pooled"}},
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "host_activations_total", Help: activationsHelp, ConstLabels: prometheus.Labels{"instance": "pooled"}},
 			func() float64 { return float64(e.PoolStats().Hits) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "host_activations_total", Help: "Object activations that took an instance made ahead.", ConstLabels: prometheus.Labels{"instance": "made"}},
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "host_activations_total", Help: activationsHelp, ConstLabels: prometheus.Labels{"instance": "made"}},
 			func() float64 { return float64(e.PoolStats().Misses) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "host_modules_compiled", Help: "Distinct modules held compiled."},
 			func() float64 { return float64(e.Compiled()) }),
