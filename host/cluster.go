@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -169,7 +170,7 @@ func (n *Node) takeOver(gone string) {
 			continue
 		}
 		if h, err := n.cluster.Home(ctx, cluster.Object(id)); err == nil && h == n.id {
-			n.kick(id)
+			n.takeHome(id)
 			// Its copies are on the nodes next in its order now: this
 			// node's copy became the home file, and one more node keeps
 			// one. An idle object would otherwise wait for its next
@@ -180,6 +181,69 @@ func (n *Node) takeOver(gone string) {
 		}
 	}
 	n.askCopies(ctx, want)
+}
+
+// takeHome opens, in the background, the file of an object this node
+// took over as its home, then starts its deliveries. Opening it writes the
+// takeover mark, which fences the old home (paused, not dead, it may come
+// back); so a failed opening (the change stream electing a leader after
+// a node died) is tried again, backing off as copies do, rather than left
+// for the object's next call, which an idle object may never get. It stops
+// when the object is held elsewhere, the node stops, or the attempts run
+// out.
+func (n *Node) takeHome(id ObjectID) {
+	n.pumpMu.Lock()
+	if n.stopping {
+		n.pumpMu.Unlock()
+		return
+	}
+	n.pumps.Add(1)
+	n.pumpMu.Unlock()
+	go func() {
+		defer n.pumps.Done()
+		ctx := n.bgContext
+		wait := copyRetryBase
+		for attempt := 1; ; attempt++ {
+			err := n.openAsHome(ctx, id)
+			if err == nil {
+				n.kick(id)
+				return
+			}
+			if errors.Is(err, ErrShuttingDown) || errors.Is(err, errDeactivated) || ctx.Err() != nil {
+				return
+			}
+			if attempt == copyRetryAttempts {
+				n.log.Error("open a taken-over object: giving up until its next call", slog.String("object", id.String()), slog.Int("attempts", attempt), slog.Any("err", err))
+				return
+			}
+			n.log.Warn("open a taken-over object", slog.String("object", id.String()), slog.Duration("again_after", wait), slog.Any("err", err))
+			t := time.NewTimer(wait)
+			select {
+			case <-n.stop:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			if h, err := n.cluster.Holder(ctx, cluster.Object(id)); err == nil && h != n.id {
+				return
+			}
+			wait = min(2*wait, 32*time.Second)
+		}
+	}()
+}
+
+// openAsHome opens id's file on this node, as a call would.
+func (n *Node) openAsHome(ctx context.Context, id ObjectID) error {
+	o, err := n.objects.acquire(id)
+	if err != nil {
+		return err
+	}
+	defer n.objects.release(o)
+	if err := o.lock(ctx); err != nil {
+		return err
+	}
+	defer o.unlock()
+	return o.readyFile(ctx)
 }
 
 // recopy, after node gone left, asks the nodes that keep copies of the

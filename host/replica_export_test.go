@@ -13,3 +13,7 @@ import (
 func ReadShipped(ctx context.Context, n *Node, id ObjectID, after, through uint64) ([]abi.Event, error) {
 	return n.replicas.readShipped(ctx, id, store.Query{After: after, Through: through})
 }
+
+// FailHomeOpens makes the next k openings of an object's file as its home
+// on n fail, as they do while its change stream has no leader.
+func FailHomeOpens(n *Node, k int) { n.replicas.failOpens.Store(int32(k)) }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -87,6 +88,10 @@ type replicas struct {
 	// from before (the old home's, read late) means nothing.
 	homeAt sync.Map
 
+	// failOpens is how many of the next openHome calls fail before doing
+	// anything: set by tests only, to stand for a stream without a leader.
+	failOpens atomic.Int32
+
 	// retrying holds the objects whose copy is being made again in the
 	// background after a failure (ObjectID → struct{}); wg counts those
 	// goroutines.
@@ -155,6 +160,9 @@ func subjectOf(id ObjectID) string { return replica.Subject(id.Program, id.ID) }
 // takeover mark fences whoever held it before. From then on each commit
 // ships first.
 func (r *replicas) openHome(ctx context.Context, id ObjectID, path string, sync store.Sync) (*store.File, error) {
+	if r.failOpens.Load() > 0 && r.failOpens.Add(-1) >= 0 {
+		return nil, errors.New("open as home: failed by a test")
+	}
 	if err := r.adoptCopy(id, path); err != nil {
 		return nil, err
 	}
