@@ -42,15 +42,20 @@ func TestGroupCommitAcrossKill9(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kills processes; not in -short")
 	}
-	if perCommit := postThroughKills(t, 16, "--sync", "full"); perCommit < 1.5 {
-		t.Fatalf("%.2f calls per commit before the kills: the posts did not share commits", perCommit)
+	// Counted, not averaged: the follower's commits and a fast disk
+	// bring the mean near 1 on a loaded machine however many posts
+	// share commits; with --max-batch 1 none does.
+	shared := postThroughKills(t, 16, "--sync", "full")
+	t.Logf("%v commits covered more than one call before the first kill", shared)
+	if shared < 3 {
+		t.Fatalf("%v commits covered more than one call before the first kill: the posts did not share commits", shared)
 	}
 }
 
 // postThroughKills runs the kill test with posters concurrent posters and
-// the server flags extra, and returns the calls per commit the server
-// reported just before its first kill.
-func postThroughKills(t *testing.T, posters int, extra ...string) (perCommit float64) {
+// the server flags extra, and returns how many commits covered more than
+// one call, as the server reported just before its first kill.
+func postThroughKills(t *testing.T, posters int, extra ...string) (shared float64) {
 	bin := hostBinary(t)
 	data := t.TempDir()
 	addr := freePort(t)
@@ -123,7 +128,7 @@ func postThroughKills(t *testing.T, posters int, extra ...string) (perCommit flo
 		}
 		time.Sleep(time.Duration(rng.IntN(20)) * time.Millisecond)
 		if kill == 0 {
-			perCommit = callsPerCommit(t, addr)
+			shared = sharedCommits(t, addr)
 		}
 		srv.cmd.Process.Kill() // SIGKILL: no shutdown path runs
 		<-srv.done
@@ -134,7 +139,7 @@ func postThroughKills(t *testing.T, posters int, extra ...string) (perCommit flo
 	<-posterDone
 	close(stop)
 	if t.Failed() {
-		return perCommit
+		return shared
 	}
 
 	// One last post tells how many posts committed in all (some whose
@@ -217,18 +222,15 @@ func postThroughKills(t *testing.T, posters int, extra ...string) (perCommit flo
 	if len(edges.Edges) != 1 || edges.Edges[0].Node != health.Node || edges.Edges[0].Attempts != 0 {
 		t.Fatalf("edges %+v: want the tally edge on the live node %s", edges.Edges, health.Node)
 	}
-	return perCommit
+	return shared
 }
 
-// callsPerCommit is the mean of the node's host_commit_calls histogram.
-func callsPerCommit(t *testing.T, addr string) float64 {
+// sharedCommits counts the node's commits that covered more than one
+// call (its host_commit_calls histogram past the le="1" bucket).
+func sharedCommits(t *testing.T, addr string) float64 {
 	t.Helper()
 	m := metricsOf(t, addr)
-	commits := m.Sum("host_commit_calls_count")
-	if commits == 0 {
-		return 0
-	}
-	return m.Sum("host_commit_calls_sum") / commits
+	return m.Sum("host_commit_calls_count") - m.Sum(`host_commit_calls_bucket{le="1"}`)
 }
 
 // metricsOf reads the /metrics of the node at addr.
