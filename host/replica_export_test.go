@@ -17,3 +17,15 @@ func ReadShipped(ctx context.Context, n *Node, id ObjectID, after, through uint6
 // FailHomeOpens makes the next k openings of an object's file as its home
 // on n fail, as they do while its change stream has no leader.
 func FailHomeOpens(n *Node, k int) { n.replicas.failOpens.Store(int32(k)) }
+
+// Busy reports whether a handler (or the pump) holds id's lock on n now.
+func Busy(n *Node, id string) bool {
+	oid, err := ParseObjectID(id)
+	if err != nil {
+		return false
+	}
+	n.objects.mu.Lock()
+	defer n.objects.mu.Unlock()
+	o, ok := n.objects.active[oid]
+	return ok && len(o.sem) == 1
+}

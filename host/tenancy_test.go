@@ -210,6 +210,12 @@ func TestTenantIsolationMatrix(t *testing.T) {
 		{"upload over", "PUT", "/v1/programs/acme.counter", vmtest.Wasm(t, "counter-rust")},
 		{"list edges", "GET", "/v1/objects/acme.chat/room/edges", nil},
 		{"delete edge", "DELETE", "/v1/objects/acme.chat/room/edges/" + edge, nil},
+		{"list objects of A's program", "GET", "/v1/objects?program=acme.chat", nil},
+		{"list objects plain name", "GET", "/v1/objects?program=chat", nil},
+		{"read state", "GET", "/v1/objects/acme.chat/room/state", nil},
+		{"read state plain", "GET", "/v1/objects/chat/room/state", nil},
+		{"read log", "GET", "/v1/objects/acme.chat/room/log", nil},
+		{"read log plain", "GET", "/v1/objects/chat/room/log", nil},
 	}
 	for _, d := range denied {
 		r := as(t, n, b, d.method, d.path, d.body)
@@ -224,6 +230,29 @@ func TestTenantIsolationMatrix(t *testing.T) {
 	r := as(t, n, b, http.MethodGet, "/v1/programs", nil)
 	if !bytes.Contains(r.body, []byte(`"mine"`)) || bytes.Contains(r.body, []byte("counter")) || bytes.Contains(r.body, []byte("chat")) {
 		t.Fatalf("B's program list: %s", r.body)
+	}
+	// B's object list has only its own: none yet, then the one it used.
+	r = as(t, n, b, http.MethodGet, "/v1/objects", nil)
+	if r.status != http.StatusOK || !bytes.Contains(r.body, []byte(`"objects":[]`)) {
+		t.Fatalf("B's object list: HTTP %d %s", r.status, r.body)
+	}
+	wantStatus(t, as(t, n, b, http.MethodPost, "/v1/objects/mine/m1/inc", nil), http.StatusOK, "b inc")
+	r = as(t, n, b, http.MethodGet, "/v1/objects", nil)
+	if r.status != http.StatusOK || !bytes.Contains(r.body, []byte(`"object":"mine/m1"`)) || bytes.Count(r.body, []byte(`"object":`)) != 1 {
+		t.Fatalf("B's object list: HTTP %d %s", r.status, r.body)
+	}
+	// A sees its own, named as it names them; the operator sees both.
+	r = as(t, n, a, http.MethodGet, "/v1/objects", nil)
+	if !bytes.Contains(r.body, []byte(`"object":"chat/room"`)) || !bytes.Contains(r.body, []byte(`"object":"counter/c1"`)) || bytes.Contains(r.body, []byte("mine")) {
+		t.Fatalf("A's object list: HTTP %d %s", r.status, r.body)
+	}
+	r = as(t, n, op, http.MethodGet, "/v1/objects", nil)
+	if !bytes.Contains(r.body, []byte(`"object":"acme.chat/room"`)) || !bytes.Contains(r.body, []byte(`"object":"bob.mine/m1"`)) {
+		t.Fatalf("the operator's object list: HTTP %d %s", r.status, r.body)
+	}
+	r = as(t, n, a, http.MethodGet, "/v1/objects/chat/room/state", nil)
+	if r.status != http.StatusOK || !bytes.Contains(r.body, []byte("secret")) || !bytes.Contains(r.body, []byte(`"object":"chat/room"`)) {
+		t.Fatalf("A reads its room's state: HTTP %d %s", r.status, r.body)
 	}
 	// WebSocket: B cannot attach to A's object.
 	if _, resp, err := tenantDial(t, n, b, "acme.chat/room"); err == nil || resp == nil || resp.StatusCode != http.StatusNotFound {

@@ -61,6 +61,14 @@ type Backend interface {
 	// Replicas reports where the object's file and its copies are.
 	Replicas(ctx context.Context, id names.Object) (ReplicaReport, error)
 
+	// ListObjects lists a page of the objects q selects, cluster-wide.
+	ListObjects(ctx context.Context, q ObjectsQuery) (ObjectPage, error)
+	// State reads a page of an object's state (read-only, one read
+	// transaction beside its handlers).
+	State(ctx context.Context, id names.Object, q StateQuery) (StatePage, error)
+	// Log reads a page of an object's events.
+	Log(ctx context.Context, id names.Object, q LogQuery) (LogPage, error)
+
 	// Connect serves an upgraded WebSocket as one of the node's
 	// connections until it ends: the client's follows, and the events
 	// delivered to it.
@@ -140,6 +148,9 @@ func New(b Backend, cfg Config) http.Handler {
 	mux.HandleFunc("GET /v1/objects/{program}/{id}/connect", s.authed(s.object(s.handleConnect)))
 	mux.HandleFunc("GET /v1/objects/{program}/{id}/edges", s.authed(s.object(s.handleEdges)))
 	mux.HandleFunc("GET /v1/objects/{program}/{id}/replicas", s.authed(s.object(s.handleReplicas)))
+	mux.HandleFunc("GET /v1/objects", s.authed(s.handleListObjects))
+	mux.HandleFunc("GET /v1/objects/{program}/{id}/state", s.authed(s.object(s.handleState)))
+	mux.HandleFunc("GET /v1/objects/{program}/{id}/log", s.authed(s.object(s.handleLog)))
 	mux.HandleFunc("GET /v1/objects/{program}/{id}/stream", s.authed(s.object(s.handleStream)))
 	mux.HandleFunc("DELETE /v1/objects/{program}/{id}/edges/{edge}", s.authed(s.object(s.handleDeleteEdge)))
 	if cfg.Demo {

@@ -279,3 +279,67 @@ func (c *Client) Subscribe(ctx context.Context, object string, o SubscribeOption
 	}
 	return sc.Err()
 }
+
+// Page asks for one page of a listing: the next of the page before
+// (empty: the first) and a size (0: the node's default, 100).
+type Page struct {
+	After string
+	Limit int
+}
+
+func (p Page) values() url.Values {
+	q := url.Values{}
+	if p.After != "" {
+		q.Set("after", p.After)
+	}
+	if p.Limit > 0 {
+		q.Set("limit", strconv.Itoa(p.Limit))
+	}
+	return q
+}
+
+func withQuery(path string, q url.Values) string {
+	if len(q) == 0 {
+		return path
+	}
+	return path + "?" + q.Encode()
+}
+
+// Objects lists a page of the objects of program (every program of the
+// caller's when empty), cluster-wide, in name order: GET
+// /v1/objects?program=.
+func (c *Client) Objects(ctx context.Context, program string, p Page, v any) error {
+	q := p.values()
+	if program != "" {
+		q.Set("program", program)
+	}
+	return c.Get(ctx, withQuery("/v1/objects", q), v)
+}
+
+// State reads a page of object's state pairs whose keys start with
+// prefix, and its pending alarm: GET /v1/objects/PROGRAM/ID/state.
+func (c *Client) State(ctx context.Context, object, prefix string, p Page, v any) error {
+	id, err := parseObject(object)
+	if err != nil {
+		return err
+	}
+	q := p.values()
+	if prefix != "" {
+		q.Set("prefix", prefix)
+	}
+	return c.Get(ctx, withQuery(id.path()+"/state", q), v)
+}
+
+// Log reads a page of object's events (on topic, when set) after the seq
+// p.After: GET /v1/objects/PROGRAM/ID/log.
+func (c *Client) Log(ctx context.Context, object, topic string, p Page, v any) error {
+	id, err := parseObject(object)
+	if err != nil {
+		return err
+	}
+	q := p.values()
+	if topic != "" {
+		q.Set("topic", topic)
+	}
+	return c.Get(ctx, withQuery(id.path()+"/log", q), v)
+}
