@@ -292,21 +292,31 @@ func TestD13_SocketGonePrunesItsEdges(t *testing.T) {
 	waitUntil(t, "tally counts", 10*time.Second, func() bool { return strings.Contains(dcall(t, c, "tally/t1", "counts", ""), `"total":1`) })
 }
 
+// The slow-socket tests fill a socket that is never read: its kernel
+// buffers (a few MB on loopback) and then its inbox, 8 items here instead
+// of the default 256 so that 60 events of 200 KB (12 MB) do it.
+const (
+	slowEvents = 60
+	slowEvent  = `{"topic":"t","size":200000}`
+)
+
+func smallInbox(c *host.Config) { c.Delivery.Inbox = 8 }
+
 // conformance: D12
 func TestD12_SlowSocketFallsBehindAndStaysOpen(t *testing.T) {
 	t.Parallel()
-	_, c := hosttest.Start(t, hosttest.Options{Programs: deliveryPrograms})
+	_, c := hosttest.Start(t, hosttest.Options{Programs: deliveryPrograms, Configure: smallInbox})
 	ws := dial(t, c, "chat/slow")
 	send(t, ws, map[string]string{"type": "follow", "object": "hostile/pub", "topic": "t"})
 	send(t, ws, map[string]string{"type": "follow", "object": "hostile/pub", "topic": "u"})
 	readUntil(t, ws, "followed")
 	readUntil(t, ws, "followed")
 	fast := follow(t, c, "chat/fast", "hostile/pub", "t", "")
-	// The slow client reads nothing: the socket buffers fill, then its 256
-	// inbox items, then the delivery is refused.
-	const events = 700
+	// The slow client reads nothing: the socket buffers fill, then its
+	// inbox, then the delivery is refused.
+	const events = slowEvents
 	for i := 0; i < events; i++ {
-		dcall(t, c, "hostile/pub", "publish", `{"topic":"t","size":30000}`)
+		dcall(t, c, "hostile/pub", "publish", slowEvent)
 	}
 	waitUntil(t, "the slow connection's edges pruned", 20*time.Second, func() bool { return len(edges(t, c, "hostile/pub")) == 1 })
 	waitUntil(t, "the fast watcher gets everything", 20*time.Second, func() bool { return len(fast.seqs(t)) == events })

@@ -91,7 +91,7 @@ func TestInspectAcrossTheCluster(t *testing.T) {
 	}
 
 	// A large room: its state and log come a page at a time, in order.
-	const posts = 120
+	const posts = 60
 	room := "chat/big"
 	for i := range posts {
 		dcall(t, cs[i%3], room, "post", fmt.Sprintf(`{"author":"a","text":"m%03d"}`, i))
@@ -100,7 +100,7 @@ func TestInspectAcrossTheCluster(t *testing.T) {
 	var after string
 	for pages := 1; ; pages++ {
 		var st host.StatePage
-		if err := cs[pages%3].State(ctx, room, "msg/", hclient.Page{After: after, Limit: 50}, &st); err != nil {
+		if err := cs[pages%3].State(ctx, room, "msg/", hclient.Page{After: after, Limit: 25}, &st); err != nil {
 			t.Fatal(err)
 		}
 		for _, p := range st.Pairs {
@@ -110,7 +110,7 @@ func TestInspectAcrossTheCluster(t *testing.T) {
 			break
 		}
 		if pages > 3 {
-			t.Fatalf("more than 3 pages of 50 for %d keys", posts)
+			t.Fatalf("more than 3 pages of 25 for %d keys", posts)
 		}
 		after = string(mustJSON(t, st.Next)) // base64, as the page gives it
 		after = after[1 : len(after)-1]
@@ -122,7 +122,7 @@ func TestInspectAcrossTheCluster(t *testing.T) {
 	var lp host.LogPage
 	for after := uint64(0); ; after = lp.Next {
 		lp = host.LogPage{}
-		if err := cs[int(after)%3].Log(ctx, room, "messages", hclient.Page{After: fmt.Sprint(after), Limit: 50}, &lp); err != nil {
+		if err := cs[int(after)%3].Log(ctx, room, "messages", hclient.Page{After: fmt.Sprint(after), Limit: 25}, &lp); err != nil {
 			t.Fatal(err)
 		}
 		for _, e := range lp.Events {

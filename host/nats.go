@@ -39,6 +39,8 @@ type NATSConfig struct {
 type natsConn struct {
 	srv *server.Server // nil with an external URL
 	nc  *nats.Conn
+	// clustered: the embedded server routes to peers (--nats-cluster).
+	clustered bool
 }
 
 func hostPort(s string) (string, int, error) {
@@ -131,7 +133,7 @@ func startNATS(cfg NATSConfig, storeDir string, log *slog.Logger) (*natsConn, er
 	}
 	nl.started.Store(true)
 	log.Debug("embedded NATS started", slog.String("client", srv.ClientURL()))
-	return &natsConn{srv: srv, nc: nc}, nil
+	return &natsConn{srv: srv, nc: nc, clustered: cfg.Cluster != ""}, nil
 }
 
 // handOff asks JetStream to move the leadership of every stream this
@@ -152,7 +154,7 @@ func (c *natsConn) handOff(ctx context.Context, log *slog.Logger, wait time.Dura
 	self := c.srv.Name()
 	var led []string
 	for info := range js.ListStreams(ctx).Info() {
-		if info.Cluster != nil && info.Cluster.Leader == self && len(info.Cluster.Replicas) > 0 {
+		if info.Cluster != nil && info.Cluster.Leader == self && anyCurrent(info.Cluster.Replicas) {
 			led = append(led, info.Config.Name)
 		}
 	}
@@ -161,20 +163,53 @@ func (c *natsConn) handOff(ctx context.Context, log *slog.Logger, wait time.Dura
 			log.Debug("hand off stream leadership", slog.String("stream", name), slog.Any("err", err))
 		}
 	}
+	// A stream without a leader does not answer its info request: each
+	// ask gets a short deadline of its own, so the wait ends soon after
+	// the election instead of at the hand-off's deadline.
+	newLeader := func(name string) bool {
+		ctx, cancel := context.WithTimeout(ctx, 250*time.Millisecond)
+		defer cancel()
+		st, err := js.Stream(ctx, name)
+		if err != nil {
+			return false
+		}
+		info, err := st.Info(ctx)
+		return err == nil && info.Cluster != nil && info.Cluster.Leader != "" && info.Cluster.Leader != self
+	}
 	for _, name := range led {
-		for ctx.Err() == nil {
-			st, err := js.Stream(ctx, name)
-			if err == nil {
-				if info, err := st.Info(ctx); err == nil && info.Cluster != nil && info.Cluster.Leader != "" && info.Cluster.Leader != self {
-					break
-				}
-			}
+		for ctx.Err() == nil && !newLeader(name) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
 	if len(led) > 0 {
 		log.Info("handed off stream leadership", slog.Int("streams", len(led)))
 	}
+}
+
+// anyCurrent says whether a peer could take a stream's leadership: one
+// online and caught up. A node shutting down after its peers (a whole
+// cluster stopping) has none and hands nothing off, instead of waiting
+// out an election that cannot happen.
+func anyCurrent(peers []*jetstream.PeerInfo) bool {
+	for _, p := range peers {
+		if p.Current && !p.Offline {
+			return true
+		}
+	}
+	return false
+}
+
+// reachesPeers says whether a write that needs the cluster's quorum can
+// still be made: always through an external server or on a single node,
+// and on an embedded cluster while a route to a peer is up.
+func (c *natsConn) reachesPeers() bool {
+	if c == nil {
+		return false
+	}
+	if c.srv == nil || !c.clustered {
+		return true
+	}
+	return c.srv.NumRoutes() > 0
 }
 
 func (c *natsConn) close() {

@@ -548,7 +548,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 			n.nats.handOff(ctx, n.log, 3*time.Second)
 		}
 		if n.cluster != nil {
-			n.cluster.Close()
+			n.cluster.Close(n.nats.reachesPeers())
 		}
 		n.alarms.close()
 		n.cancelBg()

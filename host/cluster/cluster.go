@@ -275,8 +275,10 @@ func (c *Cluster) Start(ctx context.Context) error {
 }
 
 // Close stops renewing and leaves: the id is gone for good, and peers prune
-// what lived here.
-func (c *Cluster) Close() {
+// what lived here. Its entry is deleted so that peers see it gone at once;
+// with leave false (no peer can be reached, so the delete has no quorum and
+// could only wait out its timeout) the entry lapses with its lease.
+func (c *Cluster) Close(leave bool) {
 	if !c.running {
 		return
 	}
@@ -286,6 +288,9 @@ func (c *Cluster) Close() {
 		close(c.stop)
 	}
 	<-c.done
+	if !leave {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	c.nodes.Delete(ctx, "n."+c.self)

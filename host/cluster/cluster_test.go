@@ -138,7 +138,7 @@ func join(t *testing.T, srv *server.Server, db *sql.DB, mutate func(*Config)) *m
 	if err := c.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(c.Close)
+	t.Cleanup(func() { c.Close(true) })
 	return m
 }
 
@@ -222,7 +222,7 @@ func TestStartReadsTheLiveSetFirst(t *testing.T) {
 
 	// Restart a (same data directory, new id) while its lease watch is
 	// slow to start.
-	a.Close()
+	a.Close(true)
 	a2 := join(t, srv, openDB(t, dirA), func(c *Config) {
 		c.BeforeWatch = func() { time.Sleep(time.Second) }
 	})
@@ -291,7 +291,7 @@ func TestHomeIsClaimedOnceAndReclaimed(t *testing.T) {
 	}
 
 	// a leaves for good: its objects are unavailable to b.
-	a.Close()
+	a.Close(true)
 	waitFor(t, "b drops a", func() bool { return !b.Live(a.Self()) })
 	if _, err := b.Home(ctx, mine); !errors.Is(err, ErrObjectUnavailable) {
 		t.Fatalf("home on a gone node: %v, want ErrObjectUnavailable", err)
