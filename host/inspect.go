@@ -146,7 +146,7 @@ func (n *Node) objectsLocal(_ context.Context, q ObjectsQuery) (ObjectPage, erro
 				}
 			}
 		}
-		info.Active, info.LastUsed = n.objects.lastUsed(id)
+		info.Active, info.LastUsed, info.Version = n.objects.lastUsed(id)
 		page.Objects = append(page.Objects, info)
 	}
 	return page, nil
@@ -258,14 +258,14 @@ func onHolder[Req, Rep any](ctx context.Context, n *Node, id ObjectID, o *op[Req
 }
 
 // lastUsed reports whether id is active here, and when so the time of
-// its last call.
-func (r *objects) lastUsed(id ObjectID) (bool, *time.Time) {
+// its last call and the version of its program it runs.
+func (r *objects) lastUsed(id ObjectID) (bool, *time.Time, int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	o, ok := r.active[id]
 	if !ok {
-		return false, nil
+		return false, nil, 0
 	}
 	t := o.lastUsed.UTC()
-	return true, &t
+	return true, &t, int(o.running.Load())
 }

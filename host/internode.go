@@ -64,7 +64,7 @@ func nodeOp[Req, Rep any](name string, timeout time.Duration, local func(*Node, 
 const quickWait = 10 * time.Second
 
 // ops is every inter-node operation; subscribe serves them all.
-var ops = []handler{opCall, opFollow, opUnfollow, opEdges, opRemoveEdge, opPrune, opStream, opConns, opDeliver, opRange, opReplica, opCopies, opObjects, opState, opLog}
+var ops = []handler{opCall, opFollow, opUnfollow, opEdges, opRemoveEdge, opPrune, opStream, opConns, opDeliver, opRange, opReplica, opCopies, opObjects, opState, opLog, opNewVersion}
 
 // handler is an op as its subscription sees it, whatever its types.
 type handler interface {

@@ -247,12 +247,15 @@ type Node struct {
 	httpSrv *http.Server
 	ln      net.Listener
 
-	stop      chan struct{}
-	lost      chan struct{} // closed when the lease is lost
-	lostOnce  sync.Once
-	wg        sync.WaitGroup
-	shutOnce  sync.Once
-	cancelBg  context.CancelFunc
+	stop     chan struct{}
+	lost     chan struct{} // closed when the lease is lost
+	lostOnce sync.Once
+	wg       sync.WaitGroup
+	shutOnce sync.Once
+	cancelBg context.CancelFunc
+	// upgrades queue the programs whose active objects move onto a new
+	// version (upgrade.go).
+	upgrades  upgrades
 	bgContext context.Context
 }
 
@@ -274,6 +277,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	cfg.VM.Logger = cfg.Logger
 	n := &Node{cfg: cfg, id: newNodeID(), started: time.Now().UTC(), stop: make(chan struct{}), lost: make(chan struct{})}
 	n.bgContext, n.cancelBg = context.WithCancel(context.Background())
+	n.upgrades.wake = make(chan struct{}, 1)
 	n.log = cfg.Logger.With(slog.String("node", n.id))
 	n.metrics = newMetrics()
 	n.metrics.log = n.log
@@ -340,6 +344,8 @@ func (n *Node) open(ctx context.Context) error {
 		n.programs, programsErr = openPrograms(ctx, n.log, cfg.DataDir, js, replicas, n.engine)
 		if programsErr != nil {
 			programsErr = fmt.Errorf("programs: %w", programsErr)
+		} else {
+			n.programs.changed = n.programChanged
 		}
 	})
 	if cfg.Auth {
@@ -448,6 +454,11 @@ func (n *Node) Start() error {
 	go func() {
 		defer n.wg.Done()
 		n.programs.watch(n.bgContext)
+	}()
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		n.runUpgrades(n.bgContext)
 	}()
 	if n.tenants != nil {
 		n.wg.Add(2)
@@ -590,10 +601,25 @@ func (n *Node) closeParts(ctx context.Context) {
 	}
 }
 
+// Rollback makes the module of version to of name (0: the version before
+// the newest) current again, as a new version; objects move onto it at
+// their next call boundary, as after an upload.
+func (n *Node) Rollback(ctx context.Context, name string, to int) (client.Program, error) {
+	pr, err := n.programs.rollback(ctx, name, to)
+	if err == nil {
+		n.announce(ctx, pr)
+	}
+	return pr, err
+}
+
 // Upload validates wasm and stores it as the next version of name; created
 // is false when the bytes equal the latest version.
 func (n *Node) Upload(ctx context.Context, name string, wasm []byte) (client.Program, bool, error) {
-	return n.programs.upload(ctx, name, wasm)
+	pr, created, err := n.programs.upload(ctx, name, wasm)
+	if err == nil && created {
+		n.announce(ctx, pr)
+	}
+	return pr, created, err
 }
 
 // Programs lists the latest version of each program, or every version of

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/durable-host/host/abi"
@@ -35,10 +36,12 @@ type object struct {
 	// sem is the object's lock, a channel so waiting respects contexts:
 	// one handler (or the pump) at a time. Everything below is guarded by
 	// it.
-	sem     chan struct{}
-	file    *store.File
-	prog    client.Program
-	module  *vm.Module
+	sem    chan struct{}
+	file   *store.File
+	prog   client.Program
+	module *vm.Module
+	// running is prog's version, read without the lock (inspection).
+	running atomic.Int64
 	inst    *vm.Instance
 	closed  bool
 	calls   int64
@@ -274,6 +277,7 @@ func (o *object) close() {
 	if o.module != nil {
 		o.module.Close(context.Background())
 		o.module = nil
+		o.running.Store(0)
 	}
 	if o.file != nil {
 		o.file.Close()
@@ -381,6 +385,18 @@ func (o *object) ready(ctx context.Context) (err error) {
 		}()
 	}
 	env := o.env
+	if o.module != nil {
+		// A new version became current since this object's last call:
+		// this call, at a call boundary, runs it (the call before
+		// finished on the old one).
+		if cur, ok := env.programs.current(o.id.Program); ok && cur.Version > o.prog.Version {
+			if err := o.upgrade(ctx, cur); err != nil {
+				// The old version still runs this call; the next tries
+				// again.
+				env.log.Warn("object not moved onto its program's new version", slog.String("object", o.id.String()), slog.Int("version", cur.Version), slog.Any("err", err))
+			}
+		}
+	}
 	if o.module == nil {
 		pr, err := env.programs.latestFresh(ctx, o.id.Program)
 		if err != nil {
@@ -390,7 +406,7 @@ func (o *object) ready(ctx context.Context) (err error) {
 		if err != nil {
 			return err
 		}
-		o.prog, o.module = pr, m
+		o.setProgram(pr, m)
 	}
 	if o.inst == nil {
 		pages := env.usage.Of(tenancy.TenantOf(o.id.Program)).MemoryPages()
@@ -401,6 +417,31 @@ func (o *object) ready(ctx context.Context) (err error) {
 		o.inst = inst
 	}
 	return nil
+}
+
+// upgrade moves the object onto version pr of its program: the same
+// module under a new version number (a rollback to code it runs) costs
+// nothing; other code replaces the instance, and the next handler runs
+// on a new one. Called locked, between calls.
+func (o *object) upgrade(ctx context.Context, pr client.Program) error {
+	if pr.Digest == o.prog.Digest {
+		o.prog = pr
+		o.running.Store(int64(pr.Version))
+		return nil
+	}
+	m, err := o.env.programs.module(ctx, pr.Digest, nil)
+	if err != nil {
+		return err
+	}
+	o.dropInstance()
+	o.module.Close(context.Background())
+	o.setProgram(pr, m)
+	return nil
+}
+
+func (o *object) setProgram(pr client.Program, m *vm.Module) {
+	o.prog, o.module = pr, m
+	o.running.Store(int64(pr.Version))
 }
 
 var errDeactivated = errors.New("object was deactivated")

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -50,6 +51,19 @@ type programs struct {
 	mu       sync.Mutex
 	compiled map[string]*vm.Module
 	newest   map[string]client.Program
+
+	// fetchMu guards fetching, the module reads in flight by digest.
+	fetchMu  sync.Mutex
+	fetching map[string]*fetchCall
+
+	// watchDelay holds each update the registry's watch brings for this
+	// long (tests: the announcement of a new version must do without it).
+	watchDelay atomic.Int64
+
+	// changed, when set, is told (on a goroutine of its own) the name of a
+	// program whose newest version now runs other code than before: the
+	// node moves the objects active here onto it.
+	changed func(name string)
 }
 
 const (
@@ -95,6 +109,13 @@ func (p *programs) watch(ctx context.Context) {
 	for e := range w.Updates() {
 		if e == nil || e.Operation() != jetstream.KeyValuePut {
 			continue
+		}
+		if d := time.Duration(p.watchDelay.Load()); d > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(d):
+			}
 		}
 		var vs []client.Program
 		if json.Unmarshal(e.Value(), &vs) == nil && len(vs) > 0 {
@@ -294,18 +315,66 @@ func (p *programs) load(ctx context.Context, digest string, wasm []byte) (*vm.Mo
 	}
 	if wasm == nil {
 		var err error
-		path := filepath.Join(p.dir, digest+".wasm")
-		if wasm, err = os.ReadFile(path); err != nil {
-			if wasm, err = p.blobs.GetBytes(ctx, digest); err != nil {
-				return nil, fmt.Errorf("%w: fetch module %s: %v", ErrUnavailable, digest, err)
-			}
-			if err := p.storeLocal(digest, wasm); err != nil {
-				return nil, err
-			}
+		if wasm, err = p.fetch(ctx, digest); err != nil {
+			return nil, err
 		}
 	}
 	return p.engine.Compile(ctx, wasm)
 }
+
+// fetchCall is one read of a module's bytes that callers wanting the same
+// digest share.
+type fetchCall struct {
+	done chan struct{}
+	wasm []byte
+	err  error
+}
+
+// fetch reads digest's module from the local copy, else from the
+// cluster's store (keeping a local copy). Concurrent callers for one
+// digest share one read: the first events shaped for a program uploaded
+// elsewhere, on every socket's writer at once, would otherwise each pull
+// the whole module through the cluster.
+func (p *programs) fetch(ctx context.Context, digest string) ([]byte, error) {
+	path := filepath.Join(p.dir, digest+".wasm")
+	if wasm, err := os.ReadFile(path); err == nil {
+		return wasm, nil
+	}
+	p.fetchMu.Lock()
+	f, ok := p.fetching[digest]
+	if !ok {
+		f = &fetchCall{done: make(chan struct{})}
+		if p.fetching == nil {
+			p.fetching = map[string]*fetchCall{}
+		}
+		p.fetching[digest] = f
+		go func() {
+			// Not the first caller's context: the others wait for it too.
+			fctx, cancel := context.WithTimeout(context.Background(), fetchWait)
+			defer cancel()
+			f.wasm, f.err = p.blobs.GetBytes(fctx, digest)
+			if f.err != nil {
+				f.err = fmt.Errorf("%w: fetch module %s: %v", ErrUnavailable, digest, f.err)
+			} else if err := p.storeLocal(digest, f.wasm); err != nil {
+				f.err = err
+			}
+			p.fetchMu.Lock()
+			delete(p.fetching, digest)
+			p.fetchMu.Unlock()
+			close(f.done)
+		}()
+	}
+	p.fetchMu.Unlock()
+	select {
+	case <-f.done:
+		return f.wasm, f.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// fetchWait bounds one read of a module from the cluster's store.
+const fetchWait = 30 * time.Second
 
 // setNewest records pr as the newest version of its name and keeps that
 // version's module compiled (when this node has it), giving back the
@@ -315,6 +384,14 @@ func (p *programs) load(ctx context.Context, digest string, wasm []byte) (*vm.Mo
 // Called with mu held.
 func (p *programs) setNewestLocked(pr client.Program, m *vm.Module) {
 	old, had := p.newest[pr.Name]
+	if had && pr.Version < old.Version {
+		// A registry read older than what this node has seen (a watch
+		// behind an activation's fresh read): versions only move on.
+		if m != nil {
+			m.Close(context.Background())
+		}
+		return
+	}
 	p.newest[pr.Name] = pr
 	if m != nil {
 		if _, kept := p.compiled[pr.Digest]; kept {
@@ -326,6 +403,9 @@ func (p *programs) setNewestLocked(pr client.Program, m *vm.Module) {
 	if !had || old.Digest == pr.Digest {
 		return
 	}
+	if p.changed != nil {
+		go p.changed(pr.Name)
+	}
 	for _, n := range p.newest {
 		if n.Digest == old.Digest {
 			return
@@ -336,6 +416,67 @@ func (p *programs) setNewestLocked(pr client.Program, m *vm.Module) {
 		delete(p.compiled, old.Digest)
 		km.Close(context.Background())
 	}
+}
+
+// current returns the newest version of name this node knows of, without
+// reading the registry.
+func (p *programs) current(name string) (client.Program, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pr, ok := p.newest[name]
+	return pr, ok
+}
+
+// rollback makes the module of version to (0: the version before the
+// newest) current again, as a new version that says which one it reuses:
+// the registry's history only grows, and every node moves its objects
+// onto it as for an upload.
+func (p *programs) rollback(ctx context.Context, name string, to int) (client.Program, error) {
+	if err := ValidateQualifiedProgram(name); err != nil {
+		return client.Program{}, err
+	}
+	for attempt := 0; attempt < 10; attempt++ {
+		vs, rev, err := p.versions(ctx, name)
+		if err != nil {
+			return client.Program{}, err
+		}
+		if len(vs) == 0 {
+			return client.Program{}, names.UnknownProgram(name)
+		}
+		latest := vs[len(vs)-1]
+		target := to
+		if target == 0 {
+			target = latest.Version - 1
+		}
+		if target < 1 || target > len(vs) {
+			if len(vs) == 1 {
+				return client.Program{}, fmt.Errorf("%w: %s has one version, nothing to roll back to", abi.ErrBadRequest, name)
+			}
+			return client.Program{}, fmt.Errorf("%w: %s has versions 1 to %d, not %d", abi.ErrBadRequest, name, len(vs), target)
+		}
+		back := vs[target-1]
+		if back.Digest == latest.Digest {
+			return client.Program{}, fmt.Errorf("%w: version %d of %s runs the same module as the newest (%d)", abi.ErrBadRequest, target, name, latest.Version)
+		}
+		// Compiled here first, from the local copy or the cluster's: a
+		// module that no longer loads is not made current.
+		m, err := p.load(ctx, back.Digest, nil)
+		if err != nil {
+			return client.Program{}, err
+		}
+		pr := back
+		pr.Version, pr.Created, pr.RollbackOf = len(vs)+1, time.Now().UTC(), back.Version
+		b, _ := json.Marshal(append(vs, pr))
+		if _, err := p.kv.Update(ctx, name, b, rev); err != nil {
+			m.Close(ctx)
+			continue // another upload or rollback won the race: read again
+		}
+		p.mu.Lock()
+		p.setNewestLocked(pr, m)
+		p.mu.Unlock()
+		return pr, nil
+	}
+	return client.Program{}, fmt.Errorf("%w: program %s: concurrent uploads", ErrUnavailable, name)
 }
 
 // isNewest reports whether pr is the newest version of its name.

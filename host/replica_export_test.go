@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"time"
 
 	"github.com/durable-host/host/abi"
 	"github.com/durable-host/host/store"
@@ -29,3 +30,7 @@ func Busy(n *Node, id string) bool {
 	o, ok := n.objects.active[oid]
 	return ok && len(o.sem) == 1
 }
+
+// DelayProgramWatch holds each update n's program registry watch brings for
+// d, so that n knows of a new version only if it is told.
+func DelayProgramWatch(n *Node, d time.Duration) { n.programs.watchDelay.Store(int64(d)) }

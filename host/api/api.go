@@ -42,6 +42,9 @@ type Backend interface {
 	// Upload stores wasm as the next version of the program name; created
 	// is false when the bytes equal the latest version.
 	Upload(ctx context.Context, name string, wasm []byte) (pr client.Program, created bool, err error)
+	// Rollback makes version to of the program name (0: the one before
+	// the newest) current again, as a new version.
+	Rollback(ctx context.Context, name string, to int) (client.Program, error)
 	// Programs lists every version of the program name.
 	Programs(ctx context.Context, name string) ([]client.Program, error)
 	// ListPrograms lists the latest version of every program keep accepts.
@@ -144,6 +147,7 @@ func New(b Backend, cfg Config) http.Handler {
 	mux.HandleFunc("PUT /v1/programs/{name}", s.authed(s.program(s.handleUpload)))
 	mux.HandleFunc("GET /v1/programs", s.authed(s.handleListPrograms))
 	mux.HandleFunc("GET /v1/programs/{name}", s.authed(s.program(s.handleGetProgram)))
+	mux.HandleFunc("POST /v1/programs/{name}/rollback", s.authed(s.program(s.handleRollback)))
 	mux.HandleFunc("POST /v1/objects/{program}/{id}/{method}", s.authed(s.object(s.handleCall)))
 	mux.HandleFunc("GET /v1/objects/{program}/{id}/connect", s.authed(s.object(s.handleConnect)))
 	mux.HandleFunc("GET /v1/objects/{program}/{id}/edges", s.authed(s.object(s.handleEdges)))

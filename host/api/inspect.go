@@ -53,6 +53,9 @@ type ObjectInfo struct {
 	// then its last call.
 	Active   bool       `json:"active"`
 	LastUsed *time.Time `json:"last_used,omitempty"`
+	// Version is the version of its program it runs, while active (0
+	// before its first call since it became active).
+	Version int `json:"version,omitempty"`
 }
 
 // StateQuery selects an object's state pairs: GET

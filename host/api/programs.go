@@ -1,7 +1,9 @@
 package api
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -84,4 +86,39 @@ func (s *server) handleGetProgram(w http.ResponseWriter, r *http.Request, p tena
 		ps[i].Name = p.Show(ps[i].Name)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"name": name, "versions": ps})
+}
+
+// RollbackRequest is the body of POST /v1/programs/{name}/rollback: the
+// version whose module becomes current again (0 or absent: the version
+// before the newest).
+type RollbackRequest struct {
+	To int `json:"to,omitempty"`
+}
+
+func (s *server) handleRollback(w http.ResponseWriter, r *http.Request, p tenancy.Principal, qname string) {
+	body, err := readBody(w, r, 4<<10)
+	if err != nil {
+		s.failAs(w, p, err)
+		return
+	}
+	var req RollbackRequest
+	if len(bytes.TrimSpace(body)) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			s.failAs(w, p, fmt.Errorf(`%w: the body is {"to": VERSION} or empty (the version before the newest): %v`, abi.ErrBadRequest, err))
+			return
+		}
+	}
+	if req.To < 0 {
+		s.failAs(w, p, fmt.Errorf("%w: to must be a version (1 or more), not %d", abi.ErrBadRequest, req.To))
+		return
+	}
+	pr, err := s.b.Rollback(r.Context(), qname, req.To)
+	if err != nil {
+		s.failAs(w, p, err)
+		return
+	}
+	pr.Name = p.Show(pr.Name)
+	writeJSON(w, http.StatusCreated, pr)
 }

@@ -53,6 +53,9 @@ type Program struct {
 	Exports  []string  `json:"exports"`
 	Handlers []string  `json:"handlers"`
 	Created  time.Time `json:"created"`
+	// RollbackOf is the earlier version whose module this one runs again
+	// (host programs rollback); 0 for an upload.
+	RollbackOf int `json:"rollback_of,omitempty"`
 }
 
 // send sends one request with the client's token.
@@ -101,6 +104,21 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte) ([]by
 func (c *Client) Upload(ctx context.Context, name string, wasm []byte) (Program, error) {
 	var p Program
 	out, _, err := c.do(ctx, http.MethodPut, "/v1/programs/"+url.PathEscape(name), wasm)
+	if err != nil {
+		return p, err
+	}
+	return p, json.Unmarshal(out, &p)
+}
+
+// Rollback makes version to of the program name current again (0: the
+// version before the newest), as a new version, which it returns.
+func (c *Client) Rollback(ctx context.Context, name string, to int) (Program, error) {
+	var p Program
+	body := []byte(`{}`)
+	if to != 0 {
+		body = []byte(fmt.Sprintf(`{"to":%d}`, to))
+	}
+	out, _, err := c.do(ctx, http.MethodPost, "/v1/programs/"+url.PathEscape(name)+"/rollback", body)
 	if err != nil {
 		return p, err
 	}

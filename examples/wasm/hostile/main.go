@@ -19,6 +19,11 @@ import (
 	sdk "github.com/durable-host/host/sdk/go"
 )
 
+// eventPrefix starts every frame the event export shapes. A variable, not
+// a constant: its bytes are then in the module's data (a short constant
+// is built from immediates in code), where a test can change them.
+var eventPrefix = "EVENT:"
+
 //go:wasmimport host state_get
 func rawStateGet(kp uint32, kn int32) int32
 
@@ -183,7 +188,7 @@ func init() {
 		}
 		return json.Marshal(out)
 	})
-	// event shapes connection frames: "EVENT:" + payload, or nothing when
+	// event shapes connection frames: eventPrefix + payload, or nothing when
 	// the payload mentions skip; on "readstate" it reaches for the
 	// object's state, which an event handler does not have.
 	sdk.OnEvent(func(e sdk.Event) ([]byte, error) {
@@ -194,7 +199,17 @@ func init() {
 			v, _ := sdk.Get("touched")
 			return append([]byte("STATE:"), v...), nil
 		}
-		return append([]byte("EVENT:"), e.Payload...), nil
+		return append([]byte(eventPrefix), e.Payload...), nil
+	})
+	// shape answers the prefix the event export puts on frames, after
+	// sleeping for the milliseconds its payload gives: a hot update test
+	// makes v2 by changing the prefix's bytes in this module, and tells
+	// by it which version a call ran on.
+	sdk.Method("shape", func(p []byte) ([]byte, error) {
+		if ms, err := strconv.Atoi(string(p)); err == nil && ms > 0 {
+			time.Sleep(time.Duration(ms) * time.Millisecond)
+		}
+		return []byte(eventPrefix), nil
 	})
 	// recurse recurses without bound: the goroutine stack grows until the
 	// page limit (or Go's stack limit) stops it.
