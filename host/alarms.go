@@ -28,6 +28,12 @@ import (
 // delivery config's RetryBase, doubling, MaxAttempts), then dropped; the
 // count survives a restart because it is in the file.
 
+// maxAlarmRuns bounds the alarm runs in progress on a node. Each holds its
+// object active (its file, an instance) until it ends; a slow one (a
+// handler looping to its budget) holds its slot that long, so the bound
+// is far above the cores, and far below the active-object bound.
+const maxAlarmRuns = 64
+
 // alarmTimers keeps one timer per object with a pending alarm on this
 // node. It knows nothing of objects or files: the node tells it when
 // each alarm is due, and it calls fire then (fire must not block: it
@@ -191,6 +197,17 @@ func (n *Node) fireAlarm(id ObjectID) {
 	n.pumpMu.Unlock()
 	go func() {
 		defer n.pumps.Done()
+		// Alarms due together run a few at a time: each activates its
+		// object (a file, an instance) and holds it until it is done, so
+		// thousands at once would hold thousands of files and instances
+		// past the active-object bound.
+		select {
+		case n.alarmSlots <- struct{}{}:
+		case <-n.bgContext.Done():
+			n.alarms.done(id)
+			return
+		}
+		defer func() { <-n.alarmSlots }()
 		n.runAlarm(n.bgContext, id)
 	}()
 }
@@ -229,9 +246,12 @@ func (n *Node) runAlarm(ctx context.Context, id ObjectID) {
 		return
 	}
 	defer o.unlock()
-	n.metrics.alarmRan(o.alarm(ctx, n.dcfg))
+	res := o.alarm(ctx, n.dcfg)
+	n.metrics.alarmRan(res)
 	n.alarms.done(id)
-	if o.file != nil && ctx.Err() == nil {
+	// A postponed run set its own timer: the file still says "due now",
+	// and scheduling from it would run it again at once, and again.
+	if res != alarmPostponed && o.file != nil && ctx.Err() == nil {
 		n.alarmFileChanged(id, o.file)
 	}
 }
@@ -244,6 +264,10 @@ const (
 	alarmRetry   alarmResult = "retry"   // it failed; it runs again after the backoff
 	alarmDropped alarmResult = "dropped" // it failed its last attempt and is gone
 	alarmNone    alarmResult = ""        // nothing was due: a stale timer, or shutting down
+	// postponed: it failed where no attempt could be recorded (its file
+	// would not open or write); it runs again after the longest backoff,
+	// which its timer already says.
+	alarmPostponed alarmResult = "postponed"
 )
 
 // errNotDue rolls back an alarm run that found nothing due.
@@ -279,6 +303,9 @@ func (o *object) alarm(ctx context.Context, cfg delivery.Config) alarmResult {
 	})
 	switch {
 	case err == nil:
+		if due.Attempts == 0 {
+			o.env.metrics.alarmLate(now.Sub(due.Time))
+		}
 		return alarmOK
 	case errors.Is(err, errNotDue):
 		return alarmNone // the caller schedules what the file holds
@@ -306,7 +333,7 @@ func (o *object) alarmFailed(a store.Alarm, now time.Time, cfg delivery.Config, 
 		// longest wait, without an attempt.
 		log.Warn("alarm could not run")
 		o.env.alarmRetry(o.id, now.Add(cfg.MaxBackoff()))
-		return alarmNone
+		return alarmPostponed
 	}
 	a.Attempts++
 	result := alarmRetry
@@ -321,7 +348,7 @@ func (o *object) alarmFailed(a store.Alarm, now time.Time, cfg delivery.Config, 
 	if err != nil {
 		log.Warn("record a failed alarm", slog.Any("record_err", err))
 		o.env.alarmRetry(o.id, now.Add(cfg.MaxBackoff()))
-		return alarmNone
+		return alarmPostponed
 	}
 	if result == alarmDropped {
 		log.Warn("alarm dropped after its last failed attempt")

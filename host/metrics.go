@@ -3,6 +3,7 @@ package host
 import (
 	"log/slog"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -37,6 +38,10 @@ type metrics struct {
 	remoteCalls  *prometheus.CounterVec // op
 	remoteBytes  *prometheus.CounterVec // op
 	alarms       *prometheus.CounterVec // result
+	alarmDelay   prometheus.Histogram
+	// alarmDelays, when set (tests, benchmarks), gets each first run's
+	// delay past its time too.
+	alarmDelays atomic.Pointer[func(time.Duration)]
 
 	log *slog.Logger
 }
@@ -84,9 +89,13 @@ func newMetrics() *metrics {
 		Name: "host_internode_bytes_total", Help: "Bytes of inter-node requests sent, by kind.",
 	}, []string{"kind"})
 	m.alarms = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "host_alarms_total", Help: "Alarm runs by result: ok (the handler committed), retry (it failed and runs again after the backoff), dropped (it failed its last attempt).",
+		Name: "host_alarms_total", Help: "Alarm runs by result: ok (the handler committed), retry (it failed and runs again after the backoff), dropped (it failed its last attempt), postponed (its file would not open or take the failed attempt: it runs again after the longest backoff).",
 	}, []string{"result"})
-	m.reg.MustRegister(m.remoteCalls, m.remoteBytes, m.readPath, m.alarms)
+	m.alarmDelay = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "host_alarm_delay_seconds", Help: "How late an alarm's handler started past the alarm's time, on its first attempt (retries wait their backoff on purpose).",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+	})
+	m.reg.MustRegister(m.remoteCalls, m.remoteBytes, m.readPath, m.alarms, m.alarmDelay)
 	m.reg.MustRegister(calls, m.callSecs, m.batchCalls, m.deliveries, m.deliveredEvs, m.pruned, m.retries, m.dropped,
 		m.received, m.materialized, m.followHooks, m.eventCalls, m.conns, m.streamEvents,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
@@ -180,6 +189,14 @@ func (m *metrics) Dropped(publisher string, e store.Edge, lastErr string) {
 	m.log.Warn("edge dropped after its last failed attempt",
 		slog.String("publisher", publisher), slog.String("follower", e.Follower),
 		slog.String("topic", e.Topic), slog.Int("attempts", e.Attempts+1), slog.String("last_error", lastErr))
+}
+
+// alarmLate records how late past its time a first run of an alarm began.
+func (m *metrics) alarmLate(d time.Duration) {
+	m.alarmDelay.Observe(d.Seconds())
+	if f := m.alarmDelays.Load(); f != nil {
+		(*f)(d)
+	}
 }
 
 func (m *metrics) alarmRan(r alarmResult) {

@@ -253,6 +253,8 @@ type Node struct {
 	wg       sync.WaitGroup
 	shutOnce sync.Once
 	cancelBg context.CancelFunc
+	// alarmSlots bounds the alarm runs at once (maxAlarmRuns).
+	alarmSlots chan struct{}
 	// upgrades queue the programs whose active objects move onto a new
 	// version (upgrade.go).
 	upgrades  upgrades
@@ -284,6 +286,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	n.streams = newStreams()
 	n.dcfg = cfg.Delivery
 	n.alarms = newAlarmTimers(cfg.Delivery.Clock, n.fireAlarm)
+	n.alarmSlots = make(chan struct{}, maxAlarmRuns)
 	n.metrics.alarmCounters(n.alarms.pending)
 	if err := n.open(ctx); err != nil {
 		n.closeParts(context.Background())

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/durable-host/host/abi"
@@ -218,10 +219,8 @@ func (p *programs) upload(ctx context.Context, name string, wasm []byte) (client
 	if err := p.storeLocal(m.Digest, wasm); err != nil {
 		return client.Program{}, false, err
 	}
-	if _, err := p.blobs.GetInfo(ctx, m.Digest); err != nil {
-		if _, err := p.blobs.PutBytes(ctx, m.Digest, wasm); err != nil {
-			return client.Program{}, false, fmt.Errorf("store module: %w", err)
-		}
+	if err := p.storeModule(ctx, m.Digest, wasm); err != nil {
+		return client.Program{}, false, err
 	}
 	for attempt := 0; attempt < 10; attempt++ {
 		vs, rev, err := p.versions(ctx, name)
@@ -249,6 +248,26 @@ func (p *programs) upload(ctx context.Context, name string, wasm []byte) (client
 		return pr, true, nil
 	}
 	return client.Program{}, false, fmt.Errorf("%w: program %s: concurrent uploads", ErrUnavailable, name)
+}
+
+// storeModule puts wasm in the cluster's module store under digest unless
+// it is there. A put that timed out waiting for the store's acks (a
+// stream still electing its leader on a fresh or busy cluster) is tried
+// again, twice: putting the same bytes again is harmless.
+func (p *programs) storeModule(ctx context.Context, digest string, wasm []byte) error {
+	var err error
+	for attempt := 1; attempt <= 3; attempt++ {
+		if _, err = p.blobs.GetInfo(ctx, digest); err == nil {
+			return nil
+		}
+		if _, err = p.blobs.PutBytes(ctx, digest, wasm); err == nil {
+			return nil
+		}
+		if ctx.Err() != nil || !(errors.Is(err, jetstream.ErrAsyncPublishTimeout) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded)) {
+			break
+		}
+	}
+	return fmt.Errorf("%w: store module: %v", ErrUnavailable, err)
 }
 
 func (p *programs) storeLocal(digest string, wasm []byte) error {

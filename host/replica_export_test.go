@@ -34,3 +34,20 @@ func Busy(n *Node, id string) bool {
 // DelayProgramWatch holds each update n's program registry watch brings for
 // d, so that n knows of a new version only if it is told.
 func DelayProgramWatch(n *Node, d time.Duration) { n.programs.watchDelay.Store(int64(d)) }
+
+// RunningVersions counts the objects of program active on n by the version
+// they run (0: not yet called since they became active).
+func RunningVersions(n *Node, program string) map[int]int {
+	n.objects.mu.Lock()
+	defer n.objects.mu.Unlock()
+	out := map[int]int{}
+	for id, o := range n.objects.active {
+		if id.Program == program {
+			out[int(o.running.Load())]++
+		}
+	}
+	return out
+}
+
+// RecordAlarmDelays has n give f how late each alarm's first run began.
+func RecordAlarmDelays(n *Node, f func(time.Duration)) { n.metrics.alarmDelays.Store(&f) }

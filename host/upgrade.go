@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/durable-host/host/host/client"
+	"github.com/durable-host/host/vm"
 )
 
 // Hot update. A program's newest version is known on every node from the
@@ -17,8 +18,9 @@ import (
 // the new code, and nothing else about the object changes (its file, its
 // edges, its sockets' subscriptions). The upgrader does the same ahead of
 // calls for every object of the program active on this node, so that an
-// object nobody calls does not keep old code, and the first call after
-// an update does not pay for the new instance.
+// object nobody calls does not keep the old code and its instance: it
+// drops them, and its next call takes a new instance of the new version
+// from the engine's pool, as an activation does.
 
 // announceWait bounds how long an upload or a rollback waits for the other
 // live nodes to take up the new version; one that does not answer in time
@@ -51,11 +53,16 @@ func (n *Node) announce(ctx context.Context, pr client.Program) {
 var opNewVersion = nodeOp("new_version", announceWait, (*Node).newVersionLocal)
 
 func (n *Node) newVersionLocal(ctx context.Context, pr client.Program) (struct{}, error) {
-	// Fetched and compiled before it is the newest: the first event
-	// shaped with it, or the first call, does not wait for either.
-	m, err := n.programs.load(ctx, pr.Digest, nil)
-	if err != nil {
-		return struct{}{}, err
+	// Where the program runs (active objects, or sockets whose frames it
+	// shapes) the new version is fetched and compiled before it is the
+	// newest: the next event shaped, or the next call, waits for neither.
+	// Elsewhere the first use fetches it, as for any program.
+	var m *vm.Module
+	if n.objects.anyOf(pr.Name) || n.shaper.shapes(pr.Name) {
+		var err error
+		if m, err = n.programs.load(ctx, pr.Digest, nil); err != nil {
+			return struct{}{}, err
+		}
 	}
 	n.programs.mu.Lock()
 	n.programs.setNewestLocked(pr, m)
@@ -123,11 +130,9 @@ func (n *Node) upgradeActive(ctx context.Context, program string) {
 		}
 		cur, ok := n.programs.current(program)
 		if ok && !o.closed && o.module != nil && o.prog.Version < cur.Version {
-			err := o.upgrade(ctx, cur)
-			if err == nil && o.file != nil {
-				err = o.ready(ctx) // the new instance, ahead of the next call
-			}
-			if err != nil {
+			// The old instance goes now; the next call takes a new one
+			// (made ahead by the engine's pool), as an activation does.
+			if err := o.upgrade(ctx, cur); err != nil {
 				n.log.Warn("object not moved onto the new version; it moves at its next call", slog.String("object", o.id.String()), slog.Any("err", err))
 			} else {
 				moved++
@@ -164,4 +169,23 @@ func (r *objects) unpin(objs []*object) {
 	for _, o := range objs {
 		o.refs--
 	}
+}
+
+// anyOf reports whether an object of program is active here.
+func (r *objects) anyOf(program string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id := range r.active {
+		if id.Program == program {
+			return true
+		}
+	}
+	return false
+}
+
+// shapes reports whether sockets here have had frames shaped by program.
+func (s *shaper) shapes(program string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pools[program] != nil
 }

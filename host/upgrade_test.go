@@ -22,7 +22,7 @@ import (
 // hostileV2 is the hostile example with the prefix its event export and
 // its shape method answer changed from "EVENT:" to "V2EVT:" in the
 // module's data: other code, the same length, a new digest.
-func hostileV2(t *testing.T) []byte {
+func hostileV2(t testing.TB) []byte {
 	t.Helper()
 	v1 := vmtest.Wasm(t, "hostile")
 	if bytes.Count(v1, []byte("EVENT:")) == 0 {

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -243,11 +244,25 @@ func shutDownAtCleanup(t testing.TB, n *host.Node) {
 	})
 }
 
+// upload uploads programs through c. A fresh cluster may answer 503 while
+// its streams elect their leaders (the node says so, and a user would try
+// again): such an upload is tried again for up to readyTimeout.
 func upload(t testing.TB, c *hclient.Client, programs []string) {
 	t.Helper()
 	for _, p := range programs {
-		if _, err := c.Upload(context.Background(), p, vmtest.Wasm(t, p)); err != nil {
-			t.Fatalf("upload %s: %v", p, err)
+		wasm := vmtest.Wasm(t, p)
+		deadline := time.Now().Add(readyTimeout)
+		for {
+			_, err := c.Upload(context.Background(), p, wasm)
+			if err == nil {
+				break
+			}
+			var ae *hclient.APIError
+			if !errors.As(err, &ae) || ae.Status != http.StatusServiceUnavailable || time.Now().After(deadline) {
+				t.Fatalf("upload %s: %v", p, err)
+			}
+			t.Logf("upload %s: %v; trying again", p, err)
+			time.Sleep(250 * time.Millisecond)
 		}
 	}
 }
