@@ -3,6 +3,7 @@ package host_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -432,5 +433,33 @@ func TestChatRemind(t *testing.T) {
 		if strings.Count(h, `"author":"reminder"`) != 2 || strings.Index(h, `"first"`) > strings.Index(h, `"second"`) || !strings.Contains(h, `"text":"hi"`) {
 			t.Fatalf("%s history %s", room, h)
 		}
+	}
+}
+
+// Alarms due together run a bounded number at a time, each holding its
+// object (a file, an instance) until it ends: 80 alarms due at once whose
+// handlers loop to their budget never run more than the bound at once,
+// and all of them run.
+func TestAlarmsDueTogetherRunBoundedAtOnce(t *testing.T) {
+	t.Parallel()
+	const objects = 80
+	clock := deliverytest.NewClock(alarmStart)
+	n, c := alarmNode(t, clock, "", func(c *host.Config) {
+		c.VM.Budget = 500 * time.Millisecond
+		c.Delivery.RetryBase = time.Hour // one run each here
+	})
+	due := alarmStart.Add(time.Minute)
+	for i := range objects {
+		obj := fmt.Sprintf("hostile/t%02d", i)
+		dcall(t, c, obj, "alarm_mode", "loop")
+		dcall(t, c, obj, "alarm_at", fmt.Sprint(due.UnixMilli()))
+	}
+	clock.Advance(2 * time.Minute) // all due at once
+	waitUntil(t, "every alarm ran (and failed past its budget)", 60*time.Second, func() bool {
+		return alarmsTotal(t, c, "retry") == objects
+	})
+	high, bound := host.AlarmRunsHighWater(n)
+	if high > bound || high < bound/2 {
+		t.Fatalf("%d alarm runs at once at most, with a bound of %d: want the bound reached, never passed", high, bound)
 	}
 }

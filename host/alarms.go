@@ -34,6 +34,19 @@ import (
 // is far above the cores, and far below the active-object bound.
 const maxAlarmRuns = 64
 
+// gauge counts something in progress and keeps its high-water mark.
+type gauge struct {
+	mu        sync.Mutex
+	now, high int
+}
+
+func (g *gauge) note(d int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.now += d
+	g.high = max(g.high, g.now)
+}
+
 // alarmTimers keeps one timer per object with a pending alarm on this
 // node. It knows nothing of objects or files: the node tells it when
 // each alarm is due, and it calls fire then (fire must not block: it
@@ -188,15 +201,7 @@ func (n *Node) scheduleStoredAlarms(ctx context.Context) {
 // fireAlarm runs id's alarm on a goroutine of its own, counted with the
 // pumps so Shutdown waits for it.
 func (n *Node) fireAlarm(id ObjectID) {
-	n.pumpMu.Lock()
-	if n.stopping {
-		n.pumpMu.Unlock()
-		return
-	}
-	n.pumps.Add(1)
-	n.pumpMu.Unlock()
-	go func() {
-		defer n.pumps.Done()
+	n.goCounted(func() {
 		// Alarms due together run a few at a time: each activates its
 		// object (a file, an instance) and holds it until it is done, so
 		// thousands at once would hold thousands of files and instances
@@ -208,8 +213,10 @@ func (n *Node) fireAlarm(id ObjectID) {
 			return
 		}
 		defer func() { <-n.alarmSlots }()
+		n.alarmsRunning.note(+1)
+		defer n.alarmsRunning.note(-1)
 		n.runAlarm(n.bgContext, id)
-	}()
+	})
 }
 
 // runAlarm runs id's alarm if this node is its home and it is due. When

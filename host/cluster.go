@@ -192,15 +192,7 @@ func (n *Node) takeOver(gone string) {
 // when the object is held elsewhere, the node stops, or the attempts run
 // out.
 func (n *Node) takeHome(id ObjectID) {
-	n.pumpMu.Lock()
-	if n.stopping {
-		n.pumpMu.Unlock()
-		return
-	}
-	n.pumps.Add(1)
-	n.pumpMu.Unlock()
-	go func() {
-		defer n.pumps.Done()
+	n.goCounted(func() {
 		ctx := n.bgContext
 		wait := copyRetryBase
 		for attempt := 1; ; attempt++ {
@@ -229,7 +221,7 @@ func (n *Node) takeHome(id ObjectID) {
 			}
 			wait = min(2*wait, 32*time.Second)
 		}
-	}()
+	})
 }
 
 // openAsHome opens id's file on this node, as a call would.

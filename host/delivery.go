@@ -44,20 +44,31 @@ func (n *Node) kick(id ObjectID) {
 		n.objects.release(o)
 		return
 	}
+	if !n.goCounted(func() {
+		defer n.objects.release(o)
+		n.pumpLoop(o)
+	}) {
+		o.pump.running.Store(false)
+		n.objects.release(o)
+	}
+}
+
+// goCounted runs f on a goroutine counted with the pumps, so Shutdown
+// waits for it, and reports true; once the node is stopping it runs
+// nothing and reports false.
+func (n *Node) goCounted(f func()) bool {
 	n.pumpMu.Lock()
 	if n.stopping {
 		n.pumpMu.Unlock()
-		o.pump.running.Store(false)
-		n.objects.release(o)
-		return
+		return false
 	}
 	n.pumps.Add(1)
 	n.pumpMu.Unlock()
 	go func() {
 		defer n.pumps.Done()
-		defer n.objects.release(o)
-		n.pumpLoop(o)
+		f()
 	}()
+	return true
 }
 
 func (n *Node) pumpLoop(o *object) {
@@ -128,19 +139,13 @@ func (p publisher) Go(f func(context.Context)) bool {
 		n.objects.release(o)
 		return false
 	}
-	n.pumpMu.Lock()
-	if n.stopping {
-		n.pumpMu.Unlock()
+	if !n.goCounted(func() {
+		defer n.objects.release(o)
+		f(n.bgContext)
+	}) {
 		n.objects.release(o)
 		return false
 	}
-	n.pumps.Add(1)
-	n.pumpMu.Unlock()
-	go func() {
-		defer n.pumps.Done()
-		defer n.objects.release(o)
-		f(n.bgContext)
-	}()
 	return true
 }
 

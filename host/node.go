@@ -253,8 +253,10 @@ type Node struct {
 	wg       sync.WaitGroup
 	shutOnce sync.Once
 	cancelBg context.CancelFunc
-	// alarmSlots bounds the alarm runs at once (maxAlarmRuns).
-	alarmSlots chan struct{}
+	// alarmSlots bounds the alarm runs at once (maxAlarmRuns);
+	// alarmsRunning counts them.
+	alarmSlots    chan struct{}
+	alarmsRunning gauge
 	// upgrades queue the programs whose active objects move onto a new
 	// version (upgrade.go).
 	upgrades  upgrades

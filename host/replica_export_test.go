@@ -51,3 +51,11 @@ func RunningVersions(n *Node, program string) map[int]int {
 
 // RecordAlarmDelays has n give f how late each alarm's first run began.
 func RecordAlarmDelays(n *Node, f func(time.Duration)) { n.metrics.alarmDelays.Store(&f) }
+
+// AlarmRunsHighWater is the most alarm runs n has had in progress at once,
+// and the bound on them.
+func AlarmRunsHighWater(n *Node) (high, bound int) {
+	n.alarmsRunning.mu.Lock()
+	defer n.alarmsRunning.mu.Unlock()
+	return n.alarmsRunning.high, maxAlarmRuns
+}
