@@ -114,6 +114,10 @@ func (c Config) Validate() error {
 // Run runs one soak. It returns an error when the run could not be done
 // (the cluster did not start or did not heal); violations of the
 // guarantees are in the Result.
+// copiesWait bounds the wait for every object's copies after the run: a
+// little more than a copy's longest backoff.
+const copiesWait = 40 * time.Second
+
 func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("chaos: %w", err)
@@ -220,9 +224,17 @@ func run(ctx context.Context, cfg Config, dir string, res *Result) error {
 		if err := sched.waitHealed(ctx); err != nil {
 			healErr = fmt.Errorf("the cluster did not heal after the run: %w (seed %d, logs in %s)", err, cfg.Seed, dir)
 		} else {
-			// Given the time a copy takes when it is made at once.
-			time.Sleep(5 * time.Second)
-			_, res.CopiesShort = sched.unhealed(ctx)
+			// A copy whose making failed while a node was down is tried
+			// again with a backoff (500 ms doubling, 32 s at most): wait
+			// for the copies as long as that, not a fixed moment.
+			deadline := time.Now().Add(copiesWait)
+			for {
+				_, res.CopiesShort = sched.unhealed(ctx)
+				if len(res.CopiesShort) == 0 || time.Now().After(deadline) || ctx.Err() != nil {
+					break
+				}
+				time.Sleep(250 * time.Millisecond)
+			}
 		}
 	}
 	faults := sched.faults

@@ -44,8 +44,9 @@ type Result struct {
 	P99Calm    float64     `json:"p99_calm_ms"`
 	Violations []Violation `json:"violations"`
 	// CopiesShort lists the objects with fewer current copies than they
-	// want once the cluster healed after the run (5 s after every home was
-	// live): not a broken guarantee the checks test, but a margin lost.
+	// want once the cluster healed after the run (40 s after every home
+	// was live, a copy's longest backoff and more): not a broken guarantee
+	// the checks test, but a margin lost.
 	CopiesShort []string `json:"copies_short,omitempty"`
 	// Error is why the run could not finish as planned (the cluster did
 	// not heal), if it did not.
