@@ -142,8 +142,8 @@ func startNATS(cfg NATSConfig, storeDir string, log *slog.Logger) (*natsConn, er
 // cluster no leader election, and writes go on within a second instead of
 // waiting out an election's 4-9 s.
 func (c *natsConn) handOff(ctx context.Context, log *slog.Logger, wait time.Duration) {
-	if c.srv == nil || c.nc == nil {
-		return
+	if c.srv == nil || c.nc == nil || !c.reachesPeers() {
+		return // no peer to hand anything to (the last of a cluster)
 	}
 	js, err := jetstream.New(c.nc)
 	if err != nil {
@@ -154,7 +154,7 @@ func (c *natsConn) handOff(ctx context.Context, log *slog.Logger, wait time.Dura
 	self := c.srv.Name()
 	var led []string
 	for info := range js.ListStreams(ctx).Info() {
-		if info.Cluster != nil && info.Cluster.Leader == self && anyCurrent(info.Cluster.Replicas) {
+		if info.Cluster != nil && info.Cluster.Leader == self && len(info.Cluster.Replicas) > 0 {
 			led = append(led, info.Config.Name)
 		}
 	}
@@ -184,19 +184,6 @@ func (c *natsConn) handOff(ctx context.Context, log *slog.Logger, wait time.Dura
 	if len(led) > 0 {
 		log.Info("handed off stream leadership", slog.Int("streams", len(led)))
 	}
-}
-
-// anyCurrent says whether a peer could take a stream's leadership: one
-// online and caught up. A node shutting down after its peers (a whole
-// cluster stopping) has none and hands nothing off, instead of waiting
-// out an election that cannot happen.
-func anyCurrent(peers []*jetstream.PeerInfo) bool {
-	for _, p := range peers {
-		if p.Current && !p.Offline {
-			return true
-		}
-	}
-	return false
 }
 
 // reachesPeers says whether a write that needs the cluster's quorum can
