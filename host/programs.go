@@ -369,19 +369,9 @@ func (p *programs) fetch(ctx context.Context, digest string) ([]byte, error) {
 		p.fetching[digest] = f
 		go func() {
 			// Not the first caller's context: the others wait for it too.
-			// A read of a stream without a leader (its node stopped, the
-			// election not over) hangs rather than fails: each attempt
-			// has a short deadline of its own, growing, until fetchWait.
-			deadline := time.Now().Add(fetchWait)
-			for wait := 2 * time.Second; ; wait = min(2*wait, 8*time.Second) {
-				fctx, cancel := context.WithTimeout(context.Background(), min(wait, time.Until(deadline)))
-				f.wasm, f.err = p.blobs.GetBytes(fctx, digest)
-				cancel()
-				if f.err == nil || time.Until(deadline) <= 0 || errors.Is(f.err, jetstream.ErrObjectNotFound) {
-					break
-				}
-				time.Sleep(100 * time.Millisecond)
-			}
+			fctx, cancel := context.WithTimeout(context.Background(), fetchWait)
+			defer cancel()
+			f.wasm, f.err = p.blobs.GetBytes(fctx, digest)
 			if f.err != nil {
 				f.err = fmt.Errorf("%w: fetch module %s: %v", ErrUnavailable, digest, f.err)
 			} else if err := p.storeLocal(digest, f.wasm); err != nil {
@@ -402,8 +392,7 @@ func (p *programs) fetch(ctx context.Context, digest string) ([]byte, error) {
 	}
 }
 
-// fetchWait bounds the attempts of one shared read of a module from the
-// cluster's store.
+// fetchWait bounds one read of a module from the cluster's store.
 const fetchWait = 30 * time.Second
 
 // setNewest records pr as the newest version of its name and keeps that
