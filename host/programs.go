@@ -120,9 +120,7 @@ func (p *programs) watch(ctx context.Context) {
 		}
 		var vs []client.Program
 		if json.Unmarshal(e.Value(), &vs) == nil && len(vs) > 0 {
-			p.mu.Lock()
-			p.setNewestLocked(vs[len(vs)-1], nil)
-			p.mu.Unlock()
+			p.setNewest(vs[len(vs)-1], nil)
 		}
 	}
 }
@@ -241,10 +239,8 @@ func (p *programs) upload(ctx context.Context, name string, wasm []byte) (client
 		if err != nil {
 			continue // another upload won the race: read again
 		}
-		p.mu.Lock()
-		p.setNewestLocked(pr, m)
+		p.setNewest(pr, m)
 		kept = true
-		p.mu.Unlock()
 		return pr, true, nil
 	}
 	return client.Program{}, false, fmt.Errorf("%w: program %s: concurrent uploads", ErrUnavailable, name)
@@ -400,8 +396,9 @@ const fetchWait = 30 * time.Second
 // reference kept for the version it replaces unless another name's newest
 // uses the same module. Objects running the old version hold references
 // of their own, so its code is closed only when the last of them is done.
-// Called with mu held.
-func (p *programs) setNewestLocked(pr client.Program, m *vm.Module) {
+func (p *programs) setNewest(pr client.Program, m *vm.Module) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	old, had := p.newest[pr.Name]
 	if had && pr.Version < old.Version {
 		// A registry read older than what this node has seen (a watch
@@ -490,9 +487,7 @@ func (p *programs) rollback(ctx context.Context, name string, to int) (client.Pr
 			m.Close(ctx)
 			continue // another upload or rollback won the race: read again
 		}
-		p.mu.Lock()
-		p.setNewestLocked(pr, m)
-		p.mu.Unlock()
+		p.setNewest(pr, m)
 		return pr, nil
 	}
 	return client.Program{}, fmt.Errorf("%w: program %s: concurrent uploads", ErrUnavailable, name)
@@ -527,9 +522,7 @@ func (p *programs) latestFresh(ctx context.Context, name string) (client.Program
 		return client.Program{}, names.UnknownProgram(name)
 	}
 	pr := vs[len(vs)-1]
-	p.mu.Lock()
-	p.setNewestLocked(pr, nil)
-	p.mu.Unlock()
+	p.setNewest(pr, nil)
 	return pr, nil
 }
 

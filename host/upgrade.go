@@ -64,9 +64,7 @@ func (n *Node) newVersionLocal(ctx context.Context, pr client.Program) (struct{}
 			return struct{}{}, err
 		}
 	}
-	n.programs.mu.Lock()
-	n.programs.setNewestLocked(pr, m)
-	n.programs.mu.Unlock()
+	n.programs.setNewest(pr, m)
 	return struct{}{}, nil
 }
 
