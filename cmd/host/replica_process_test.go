@@ -45,6 +45,9 @@ type replicaCluster struct {
 	data    []string
 	servers []*server
 	cs      []*hclient.Client
+	// past holds the logs of each node's earlier processes (killed or
+	// stopped, then restarted), printed with the live ones on a failure.
+	past [][]string
 }
 
 func startReplicaCluster(t *testing.T, ttl time.Duration) *replicaCluster {
@@ -53,6 +56,9 @@ func startReplicaCluster(t *testing.T, ttl time.Duration) *replicaCluster {
 	t.Cleanup(func() {
 		if t.Failed() {
 			for i, s := range rc.servers {
+				for k, out := range rc.past[i] {
+					t.Logf("node %d, process %d (ended):\n%s", i, k, out)
+				}
 				if s != nil {
 					if !s.waited && os.Getenv("HOST_TEST_STACKS") != "" {
 						s.cmd.Process.Signal(syscall.SIGQUIT)
@@ -70,6 +76,7 @@ func startReplicaCluster(t *testing.T, ttl time.Duration) *replicaCluster {
 		rc.data = append(rc.data, t.TempDir())
 	}
 	rc.servers = make([]*server, 3)
+	rc.past = make([][]string, 3)
 	for i := range 3 {
 		rc.start(i)
 		rc.cs = append(rc.cs, &hclient.Client{Base: "http://" + rc.addrs[i]})
@@ -82,6 +89,9 @@ func startReplicaCluster(t *testing.T, ttl time.Duration) *replicaCluster {
 }
 
 func (rc *replicaCluster) start(i int) {
+	if s := rc.servers[i]; s != nil {
+		rc.past[i] = append(rc.past[i], s.out.String())
+	}
 	var peers []string
 	for j, r := range rc.routes {
 		if j != i {
@@ -406,7 +416,11 @@ func TestTakeoverAfterKill9(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("tally reached %d of %d (err %v)", counts.Total, len(history)-1, err)
+			var edges, reps json.RawMessage
+			eerr := rc.cs[2].Edges(ctx, "chat/room1", &edges)
+			rerr := rc.cs[2].Replicas(ctx, "tally/t1", &reps)
+			t.Fatalf("tally reached %d of %d (err %v)\nchat/room1's edges: %s (%v)\ntally/t1's replicas: %s (%v)",
+				counts.Total, len(history)-1, err, edges, eerr, reps, rerr)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
