@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -162,6 +163,11 @@ type Engine struct {
 	compiles atomic.Int64
 	// pool holds instances made ahead for activations.
 	pool instancePool
+	// starts holds a token per _initialize running: at most one per CPU,
+	// so the init budget, which is wall-clock, measures the guest's start
+	// and not its queue behind a hundred others (a hot update or a
+	// restart activates many objects at once).
+	starts chan struct{}
 
 	stop    chan struct{}
 	stopped chan struct{}
@@ -203,6 +209,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		budget: int64(cfg.Budget), initBudget: int64(max(cfg.Budget, cfg.InitBudget)),
 		live:    map[*Instance]struct{}{},
 		codes:   map[string]*code{},
+		starts:  make(chan struct{}, max(2, runtime.GOMAXPROCS(0))),
 		stop:    make(chan struct{}),
 		stopped: make(chan struct{}),
 		base:    time.Now(),
@@ -558,6 +565,16 @@ func (e *Engine) instantiate(ctx context.Context, m *Module, pages uint32) (*Ins
 		}
 		base = experimental.WithMemoryAllocator(base, cappedAllocator(uint64(pages)*65536))
 	}
+	// The budget starts once this start has a CPU's token, not while it
+	// waits for one.
+	select {
+	case e.starts <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-e.stop:
+		return nil, ErrClosed
+	}
+	defer func() { <-e.starts }()
 	inst := &Instance{e: e, out: &tail{max: 4096}}
 	// The instance's context lives as long as the instance; the watchdog
 	// cancels it when a call overruns, which closes the module.

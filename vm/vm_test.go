@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"runtime"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -246,4 +249,45 @@ func TestInitBudget(t *testing.T) {
 		t.Fatalf("looping _initialize stopped after %v: the 50ms call budget applied, not the 1s init budget", took)
 	}
 	t.Logf("looping _initialize stopped after %v: %v", took, err)
+}
+
+// TestInitBudgetStartsWithTheStart: at most one _initialize per CPU runs
+// at once, and the wall-clock init budget counts from when a start runs,
+// not from when it queued behind the others (a hot update or a restart
+// activates a hundred objects at once on a busy machine; queued starts
+// did not fail their budget). One more looping start than there are
+// tokens: each is stopped by its own budget, so the last one stopped ran
+// after another's budget ended, at least two budgets after they all
+// began.
+func TestInitBudgetStartsWithTheStart(t *testing.T) {
+	cfg := vm.DefaultConfig()
+	const budget = 300 * time.Millisecond
+	cfg.Budget, cfg.InitBudget = 50*time.Millisecond, budget
+	e, err := vm.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(context.Background())
+	starts := max(2, runtime.GOMAXPROCS(0)) + 1
+	took := make([]time.Duration, starts)
+	begin := time.Now()
+	var wg sync.WaitGroup
+	for i := range starts {
+		// A custom section of its own gives each module its own digest,
+		// so no two share one compile.
+		wasm := append(loopingInitModule(), 0x00, 0x03, 0x01, byte('a'+i), 0x00)
+		wg.Go(func() {
+			_, err := e.Compile(context.Background(), wasm)
+			took[i] = time.Since(begin)
+			if !errors.Is(err, vm.ErrInitBudget) {
+				t.Errorf("looping start %d: %v, want the init budget's error", i, err)
+			}
+		})
+	}
+	wg.Wait()
+	slowest := slices.Max(took)
+	if slowest < 2*budget {
+		t.Fatalf("%d looping starts all ended within %v of each other (%v): more ran at once than the %d tokens, or a queued start's budget ran while it waited", starts, slowest, took, starts-1)
+	}
+	t.Logf("%d looping starts with %d tokens and a %v budget ended after %v", starts, starts-1, budget, took)
 }
