@@ -213,10 +213,19 @@ type ObjectResult struct {
 
 // Transport carries deliveries to a node: directly for the local node, over
 // NATS for the others.
+//
+// Object's error wraps ErrUnplaced when the delivery did not reach the
+// follower because of where it is, not because of what it did: the node
+// asked is not its home, is gone or stopping, or the follower is being
+// taken over. Such a failure backs off like a follower that cannot be
+// located and is not counted toward the drop (D20); any other failure is.
 type Transport interface {
 	Connections(ctx context.Context, node string, b *ConnBatch) (ConnResult, error)
 	Object(ctx context.Context, node string, d *ObjectDelivery) (ObjectResult, error)
 }
+
+// ErrUnplaced marks a delivery failure of placement: see Transport.
+var ErrUnplaced = errors.New("follower not placed")
 
 // Membership answers which nodes exist and where objects live.
 type Membership interface {
@@ -643,7 +652,9 @@ func (p *Pump) laneStep(ctx context.Context, pub Publisher, follower string) (bo
 	var locErr error
 	looked := false
 	for i, e := range edges {
-		if p.members.Live(e.Node) {
+		// An edge whose last delivery found the follower unplaced asks
+		// where it lives now: its node may be live but no longer its home.
+		if e.Unplaced == 0 && p.members.Live(e.Node) {
 			nodes[i] = e.Node
 			continue
 		}
@@ -676,6 +687,7 @@ func (p *Pump) laneStep(ctx context.Context, pub Publisher, follower string) (bo
 		delivered[s.edge] = false
 	}
 	failed := -1
+	var failErr error
 	self := p.members.Self()
 	for k, s := range segs {
 		e, o := edges[s.edge], &out[s.edge]
@@ -699,7 +711,7 @@ func (p *Pump) laneStep(ctx context.Context, pub Publisher, follower string) (bo
 			// recorded; the rest goes after the restart.
 			break
 		}
-		failed = s.edge
+		failed, failErr = s.edge, err
 		o.lastErr = res.Err
 		if err != nil {
 			o.lastErr = err.Error()
@@ -713,7 +725,22 @@ func (p *Pump) laneStep(ctx context.Context, pub Publisher, follower string) (bo
 		}
 	}
 	more := through < head
-	if failed >= 0 {
+	unplaced := 0 // the follower's unplaced streak, if this step found it so
+	if failed >= 0 && errors.Is(failErr, ErrUnplaced) {
+		// Not the follower's failure: back off as for one that cannot be
+		// located, keeping what went and every edge's attempts.
+		for _, e := range edges {
+			unplaced = max(unplaced, e.Unplaced)
+		}
+		unplaced++
+		next = now.Add(min(p.cfg.Backoff(unplaced), p.cfg.MaxBackoff()))
+		p.log.Debug("follower not placed", slog.String("publisher", pub.ID()), slog.String("follower", follower), slog.Int("streak", unplaced), slog.Time("next", next), slog.Any("err", failErr))
+		p.wait(follower, pub.ID())
+		more = false
+		for i := range out {
+			out[i].nextDue = next
+		}
+	} else if failed >= 0 {
 		o := &out[failed]
 		o.attempts++
 		if o.attempts >= p.cfg.MaxAttempts {
@@ -738,7 +765,7 @@ func (p *Pump) laneStep(ctx context.Context, pub Publisher, follower string) (bo
 				p.obs.Dropped(pub.ID(), e, o.lastErr)
 				continue
 			}
-			if err := tx.AdvanceEdge(e.ID, o.cursor, o.attempts, 0, o.nextDue, o.node); err != nil {
+			if err := tx.AdvanceEdge(e.ID, o.cursor, o.attempts, unplaced, o.nextDue, o.node); err != nil {
 				return err
 			}
 		}
@@ -794,6 +821,16 @@ func (p *Pump) segments(pub string, edges []store.Edge, events []abi.Event, thro
 	return segs
 }
 
+// wait records that publisher has edges of an unplaced follower, for Placed.
+func (p *Pump) wait(follower, publisher string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.waiting[follower] == nil {
+		p.waiting[follower] = map[string]bool{}
+	}
+	p.waiting[follower][publisher] = true
+}
+
 // unplaced records that the follower could not be located: every edge of
 // it backs off, 500 ms doubling up to the last failure's wait, without
 // counting an attempt, so it is never dropped for it (D20).
@@ -805,12 +842,7 @@ func (p *Pump) unplaced(ctx context.Context, pub Publisher, follower string, edg
 	streak++
 	next := now.Add(min(p.cfg.Backoff(streak), p.cfg.MaxBackoff()))
 	p.log.Debug("follower not placed", slog.String("publisher", pub.ID()), slog.String("follower", follower), slog.Int("streak", streak), slog.Time("next", next), slog.Any("err", cause))
-	p.mu.Lock()
-	if p.waiting[follower] == nil {
-		p.waiting[follower] = map[string]bool{}
-	}
-	p.waiting[follower][pub.ID()] = true
-	p.mu.Unlock()
+	p.wait(follower, pub.ID())
 	err := pub.Between(context.WithoutCancel(ctx), func(tx *store.Tx) error {
 		for _, e := range edges {
 			if err := tx.AdvanceEdge(e.ID, e.Cursor, e.Attempts, streak, next, ""); err != nil {

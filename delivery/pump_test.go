@@ -155,6 +155,7 @@ type fakeNet struct {
 	objects  []*delivery.ObjectDelivery
 	ranges   func(*delivery.ObjectDelivery) []abi.Event
 	gates    map[string]*gate // follower → its deliveries wait here
+	home     map[string]string // follower → the only node that takes its deliveries
 }
 
 // gate holds a follower's deliveries until open is closed; each delivery
@@ -236,6 +237,9 @@ func (n *fakeNet) Object(ctx context.Context, node string, d *delivery.ObjectDel
 	defer n.mu.Unlock()
 	n.objCall[d.Follower]++
 	n.objects = append(n.objects, d)
+	if h, ok := n.home[d.Follower]; ok && h != node {
+		return delivery.ObjectResult{}, fmt.Errorf("%w: node %s: not this object's home", delivery.ErrUnplaced, node)
+	}
 	evs := d.Events
 	if d.Range != nil {
 		evs = n.ranges(d)
@@ -987,6 +991,85 @@ func TestD20_UnplacedFollowerBacksOffAndIsNeverDropped(t *testing.T) {
 		if e.Node != "B" || e.State != store.EdgeOK || e.Unplaced != 0 || e.Attempts != 0 || e.NextAttempt != "" {
 			t.Fatalf("edge %+v: want routed to B, ok", e)
 		}
+	}
+}
+
+// A delivery that fails because of where the follower is (its recorded
+// node, still live, is not its home any more: a takeover the publisher's
+// node has not seen) backs off like an unplaced follower, without counting
+// an attempt, and asks where the follower is on every next attempt, so it
+// reaches the new home as soon as the directory names it; a handler's
+// failure is still counted.
+//
+// conformance: D19 D20
+func TestD20_DeliveryToAMovedFollowerIsNotCounted(t *testing.T) {
+	clock := deliverytest.NewClock(time.Unix(1_700_000_000, 0))
+	pb := newPub(t)
+	net := newNet()
+	net.live["B"], net.live["C"] = true, true
+	net.located["tally/1"] = "B" // the directory is stale: B, still live,
+	net.home = map[string]string{"tally/1": "C"} // is not its home any more
+	p, obs := newPump(net, clock)
+	pb.follow(t, abi.FollowerObject, "tally/1", "OLD", "t", "")
+	pb.follow(t, abi.FollowerObject, "tally/1", "OLD", "u", "")
+	pb.publish(t, "t", `1`)
+	pb.publish(t, "u", `2`)
+	next := drain(t, p, pb)
+	var waits []time.Duration
+	for range 11 {
+		if next.IsZero() {
+			t.Fatal("a moved follower must be tried again")
+		}
+		for _, e := range pb.edges(t) {
+			if e.State != store.EdgeUnplaced || e.Attempts != 0 || e.Node != "B" {
+				t.Fatalf("edge %+v: want unplaced at B, no attempt counted", e)
+			}
+		}
+		waits = append(waits, next.Sub(clock.Now()))
+		clock.Advance(next.Sub(clock.Now()))
+		if len(waits) == 11 {
+			net.mu.Lock()
+			net.located["tally/1"] = "C" // the directory names the new home
+			net.mu.Unlock()
+		}
+		next = drain(t, p, pb)
+	}
+	s := time.Second
+	want := []time.Duration{s / 2, s, 2 * s, 4 * s, 8 * s, 16 * s, 32 * s, 32 * s, 32 * s, 32 * s, 32 * s}
+	if !slices.Equal(waits, want) {
+		t.Fatalf("waits %v, want %v", waits, want)
+	}
+	if !next.IsZero() {
+		t.Fatalf("still due at %v after the directory names the new home", next)
+	}
+	if obs.dropped != 0 || obs.retried != 0 {
+		t.Fatalf("a moved follower is not a failure: dropped %d, retried %d", obs.dropped, obs.retried)
+	}
+	if got := receivedSeqs(net, "tally/1"); !slices.Equal(got, []uint64{1, 2}) {
+		t.Fatalf("follower got %v", got)
+	}
+	for _, e := range pb.edges(t) {
+		if e.Node != "C" || e.State != store.EdgeOK || e.Unplaced != 0 || e.Attempts != 0 || e.NextAttempt != "" {
+			t.Fatalf("edge %+v: want routed to C, ok", e)
+		}
+	}
+	// A handler's failure at the new home counts as before.
+	net.mu.Lock()
+	net.fail["tally/1"] = 1
+	net.mu.Unlock()
+	pb.publish(t, "t", `3`)
+	if next = drain(t, p, pb); next.IsZero() || obs.retried != 1 {
+		t.Fatalf("a handler failure: next %v, retried %d; want a counted retry", next, obs.retried)
+	}
+	counted := 0
+	for _, e := range pb.edges(t) {
+		counted += e.Attempts
+		if e.Unplaced != 0 {
+			t.Fatalf("edge %+v: a handler failure is not unplaced", e)
+		}
+	}
+	if counted != 1 {
+		t.Fatalf("edges %+v: want one counted attempt", pb.edges(t))
 	}
 }
 

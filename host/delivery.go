@@ -184,6 +184,9 @@ func (n *Node) receive(ctx context.Context, d *delivery.ObjectDelivery) (deliver
 			return delivery.ObjectResult{}, err
 		}
 		if events, err = n.materialize(ctx, pub, d); err != nil {
+			if placementError(err) {
+				return delivery.ObjectResult{}, err // the publisher's log is moving
+			}
 			return delivery.ObjectResult{Err: err.Error()}, nil
 		}
 	}
@@ -200,6 +203,11 @@ func (n *Node) receive(ctx context.Context, d *delivery.ObjectDelivery) (deliver
 	for i := range events {
 		ev := &events[i]
 		if err := o.receiveOne(ctx, d.Topic, ev); err != nil {
+			if placementError(err) {
+				// Fenced or moving, not the handler's failure: the
+				// publisher locates the follower again.
+				return res, err
+			}
 			res.Err = err.Error()
 			return res, nil
 		}

@@ -403,7 +403,9 @@ func (n *Node) request(ctx context.Context, node, op string, m *nats.Msg, timeou
 		if errors.Is(err, nats.ErrNoResponders) {
 			return nil, fmt.Errorf("%w: node %s does not answer", ErrUnavailable, node)
 		}
-		return nil, fmt.Errorf("%w: node %s: %v", ErrUnavailable, node, err)
+		// %w: a timeout stays a timeout (placementError tells it from a
+		// node that is gone).
+		return nil, fmt.Errorf("%w: node %s: %w", ErrUnavailable, node, err)
 	}
 	if st := reply.Header.Get(hdrStatus); st != "200" {
 		status, _ := strconv.Atoi(st)
@@ -486,7 +488,30 @@ func (t remoteTransport) Connections(ctx context.Context, node string, b *delive
 }
 
 func (t remoteTransport) Object(ctx context.Context, node string, d *delivery.ObjectDelivery) (delivery.ObjectResult, error) {
-	return opDeliver.on(ctx, t.n, node, d)
+	res, err := opDeliver.on(ctx, t.n, node, d)
+	if err != nil && ctx.Err() == nil && placementError(err) {
+		if errors.Is(err, errNotHome) {
+			if id, perr := ParseObjectID(d.Follower); perr == nil {
+				t.n.cluster.Forget(cluster.Object(id))
+			}
+		}
+		err = fmt.Errorf("%w: %w", delivery.ErrUnplaced, err)
+	}
+	return res, err
+}
+
+// placementError reports whether a delivery failed because of where the
+// follower is (the node asked is not its home, is gone or stopping, or the
+// follower is being taken over), not because of its handler.
+// A timeout is not: a node that does not answer in time may be running the
+// handler, and a paused node's lease ends within its TTL, after which the
+// follower is located again.
+func placementError(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	return errors.Is(err, errNotHome) || errors.Is(err, ErrObjectUnavailable) ||
+		errors.Is(err, ErrUnavailable) || errors.Is(err, ErrShuttingDown)
 }
 
 // materializeRemote asks the publisher's home for a range of its log.

@@ -294,3 +294,31 @@ func TestInternodeOpsHaveDistinctNames(t *testing.T) {
 		seen[o.opName()] = true
 	}
 }
+
+// A delivery that failed because of where the follower is crosses to the
+// pump as delivery.ErrUnplaced (backed off, never counted toward the drop);
+// a timeout, a handler's failure or any other error does not.
+//
+// conformance: D19 D20
+func TestPlacementErrorsAreUnplaced(t *testing.T) {
+	remote := func(err error) error {
+		return &remoteError{status: api.Status(err), code: codeOf(err), msg: err.Error()}
+	}
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{errNotHome, true},
+		{remote(fmt.Errorf("%w: tally/1 is being taken over", ErrObjectUnavailable)), true},
+		{fmt.Errorf("%w: node n2 does not answer", ErrUnavailable), true},
+		{remote(ErrShuttingDown), true},
+		{fmt.Errorf("%w: node n2: %w", ErrUnavailable, context.DeadlineExceeded), false},
+		{&vm.GuestError{Message: "unavailable"}, false},
+		{remote(ErrBadRequest), false},
+		{errors.New("object unavailable"), false},
+	} {
+		if got := placementError(c.err); got != c.want {
+			t.Errorf("placementError(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}
