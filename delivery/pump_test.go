@@ -154,7 +154,7 @@ type fakeNet struct {
 	batches  []*delivery.ConnBatch
 	objects  []*delivery.ObjectDelivery
 	ranges   func(*delivery.ObjectDelivery) []abi.Event
-	gates    map[string]*gate // follower → its deliveries wait here
+	gates    map[string]*gate  // follower → its deliveries wait here
 	home     map[string]string // follower → the only node that takes its deliveries
 }
 
@@ -1007,7 +1007,7 @@ func TestD20_DeliveryToAMovedFollowerIsNotCounted(t *testing.T) {
 	pb := newPub(t)
 	net := newNet()
 	net.live["B"], net.live["C"] = true, true
-	net.located["tally/1"] = "B" // the directory is stale: B, still live,
+	net.located["tally/1"] = "B"                 // the directory is stale: B, still live,
 	net.home = map[string]string{"tally/1": "C"} // is not its home any more
 	p, obs := newPump(net, clock)
 	pb.follow(t, abi.FollowerObject, "tally/1", "OLD", "t", "")
