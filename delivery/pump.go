@@ -729,13 +729,7 @@ func (p *Pump) laneStep(ctx context.Context, pub Publisher, follower string) (bo
 	if failed >= 0 && errors.Is(failErr, ErrUnplaced) {
 		// Not the follower's failure: back off as for one that cannot be
 		// located, keeping what went and every edge's attempts.
-		for _, e := range edges {
-			unplaced = max(unplaced, e.Unplaced)
-		}
-		unplaced++
-		next = now.Add(min(p.cfg.Backoff(unplaced), p.cfg.MaxBackoff()))
-		p.log.Debug("follower not placed", slog.String("publisher", pub.ID()), slog.String("follower", follower), slog.Int("streak", unplaced), slog.Time("next", next), slog.Any("err", failErr))
-		p.wait(follower, pub.ID())
+		unplaced, next = p.notPlaced(pub, follower, edges, now, failErr)
 		more = false
 		for i := range out {
 			out[i].nextDue = next
@@ -821,20 +815,10 @@ func (p *Pump) segments(pub string, edges []store.Edge, events []abi.Event, thro
 	return segs
 }
 
-// wait records that publisher has edges of an unplaced follower, for Placed.
-func (p *Pump) wait(follower, publisher string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.waiting[follower] == nil {
-		p.waiting[follower] = map[string]bool{}
-	}
-	p.waiting[follower][publisher] = true
-}
-
-// unplaced records that the follower could not be located: every edge of
-// it backs off, 500 ms doubling up to the last failure's wait, without
-// counting an attempt, so it is never dropped for it (D20).
-func (p *Pump) unplaced(ctx context.Context, pub Publisher, follower string, edges []store.Edge, now time.Time, cause error) (bool, time.Time, error) {
+// notPlaced is the back-off of a follower found unplaced: its streak one
+// longer than its edges', the next attempt 500 ms doubling up to the last
+// failure's wait, and the publisher recorded as waiting for Placed.
+func (p *Pump) notPlaced(pub Publisher, follower string, edges []store.Edge, now time.Time, cause error) (int, time.Time) {
 	streak := 0
 	for _, e := range edges {
 		streak = max(streak, e.Unplaced)
@@ -842,7 +826,20 @@ func (p *Pump) unplaced(ctx context.Context, pub Publisher, follower string, edg
 	streak++
 	next := now.Add(min(p.cfg.Backoff(streak), p.cfg.MaxBackoff()))
 	p.log.Debug("follower not placed", slog.String("publisher", pub.ID()), slog.String("follower", follower), slog.Int("streak", streak), slog.Time("next", next), slog.Any("err", cause))
-	p.wait(follower, pub.ID())
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.waiting[follower] == nil {
+		p.waiting[follower] = map[string]bool{}
+	}
+	p.waiting[follower][pub.ID()] = true
+	return streak, next
+}
+
+// unplaced records that the follower could not be located: every edge of
+// it backs off, 500 ms doubling up to the last failure's wait, without
+// counting an attempt, so it is never dropped for it (D20).
+func (p *Pump) unplaced(ctx context.Context, pub Publisher, follower string, edges []store.Edge, now time.Time, cause error) (bool, time.Time, error) {
+	streak, next := p.notPlaced(pub, follower, edges, now, cause)
 	err := pub.Between(context.WithoutCancel(ctx), func(tx *store.Tx) error {
 		for _, e := range edges {
 			if err := tx.AdvanceEdge(e.ID, e.Cursor, e.Attempts, streak, next, ""); err != nil {
