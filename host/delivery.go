@@ -152,16 +152,37 @@ func (p publisher) Go(f func(context.Context)) bool {
 // Wake schedules a round of the publisher at t.
 func (p publisher) Wake(t time.Time) { p.n.scheduleRetry(p.o.id, t) }
 
+// Between runs f in a transaction of the publisher's own, between its
+// calls. Under async acknowledgement it runs once everything committed
+// before it is shipped, so no follower is given an event before it is in
+// the stream. It waits unlocked, so calls go on meanwhile; commits that
+// keep arriving make it wait under the lock after a few tries.
 func (p publisher) Between(ctx context.Context, f func(*store.Tx) error) error {
-	o := p.o
-	if err := o.lock(ctx); err != nil {
+	o, r := p.o, p.n.replicas
+	for try := 0; ; try++ {
+		locked := try >= 3
+		if !locked {
+			if err := r.waitShipped(ctx, o.id); err != nil {
+				return err
+			}
+		}
+		if err := o.lock(ctx); err != nil {
+			return err
+		}
+		err := o.readyFile(ctx)
+		if err == nil && locked {
+			err = r.waitShipped(ctx, o.id)
+		}
+		if err == nil && !locked && !r.allShipped(o.id) {
+			o.unlock()
+			continue
+		}
+		if err == nil {
+			err = o.between(f)
+		}
+		o.unlock()
 		return err
 	}
-	defer o.unlock()
-	if err := o.readyFile(ctx); err != nil {
-		return err
-	}
-	return o.between(f)
 }
 
 // receive runs a durable delivery on the follower: for each event in order,

@@ -84,7 +84,11 @@ type Config struct {
 	// acknowledged write.
 	Replicas int
 	// ReplicaAck is when a call is answered with copies on: ReplicaSync
-	// (the default) once its changes are in the replicated change stream.
+	// (the default) once its changes are in the replicated change stream;
+	// ReplicaAsync once they are committed on the home, shipped right
+	// after: a crash of the home can lose up to AsyncWindow change sets
+	// of an object that were answered. Followers and stream readers never
+	// see an event before it is shipped, in either mode.
 	ReplicaAck string
 	// SnapshotEvery is how many change sets a home ships between
 	// snapshots of an object's file (which bound its change stream: the
@@ -159,8 +163,8 @@ func (c Config) Validate() error {
 	if c.Replicas < ReplicasAuto {
 		errs = append(errs, fmt.Errorf("replicas must be 0 or more (or %d for the default), not %d", ReplicasAuto, c.Replicas))
 	}
-	if c.ReplicaAck != ReplicaSync {
-		errs = append(errs, fmt.Errorf("replica ack must be %q (a call is answered once its changes are replicated; async acknowledgement is not available yet), not %q", ReplicaSync, c.ReplicaAck))
+	if c.ReplicaAck != ReplicaSync && c.ReplicaAck != ReplicaAsync {
+		errs = append(errs, fmt.Errorf("replica ack must be %q (a call is answered once its changes are in the replicated change stream) or %q (once committed on the home; a crash of the home can lose up to %d change sets of an object), not %q", ReplicaSync, ReplicaAsync, AsyncWindow, c.ReplicaAck))
 	}
 	if c.Sync != store.SyncNormal && c.Sync != store.SyncFull {
 		errs = append(errs, fmt.Errorf("sync must be NORMAL or FULL, not %q", c.Sync))
@@ -557,6 +561,11 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		}
 		n.rpcs.Wait()
 		n.conns.closeAll()
+		if n.replicas != nil {
+			// Async acknowledgement: what this node answered is shipped
+			// before its objects can be taken over.
+			n.replicas.drain(ctx)
+		}
 		if n.replicas != nil && n.nats != nil {
 			// Copies elsewhere take this node's objects over as soon as
 			// its lease is gone; hand the streams' leadership off first so

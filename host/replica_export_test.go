@@ -59,3 +59,18 @@ func AlarmRunsHighWater(n *Node) (high, bound int) {
 	defer n.alarmsRunning.mu.Unlock()
 	return n.alarmsRunning.high, maxAlarmRuns
 }
+
+// HoldShips pauses n's asynchronous shipping before each publish until
+// the returned func is called.
+func HoldShips(n *Node) (release func()) {
+	g := make(chan struct{})
+	n.replicas.shipGate.Store(&g)
+	return func() {
+		n.replicas.shipGate.Store(nil)
+		close(g)
+	}
+}
+
+// Evict deactivates id on n (its file closed once its handler is done), as
+// the idle reaper does.
+func Evict(n *Node, id ObjectID) { n.objects.evict(id) }

@@ -97,6 +97,16 @@ type replicas struct {
 	// goroutines.
 	retrying sync.Map
 	wg       sync.WaitGroup
+
+	// async: calls are answered once committed here, and each home
+	// object's change sets are shipped by its queue (ObjectID →
+	// *shipQueue) right after; see shipq.go. ctx ends the queues'
+	// publishes when the node stops. shipGate, when set (tests only),
+	// pauses every queue before each publish until it is closed.
+	async    bool
+	queues   sync.Map
+	ctx      context.Context
+	shipGate atomic.Pointer[chan struct{}]
 }
 
 // Copy retries: the first wait, and how many attempts (500 ms doubling
@@ -163,6 +173,12 @@ func (r *replicas) openHome(ctx context.Context, id ObjectID, path string, sync 
 	if r.failOpens.Load() > 0 && r.failOpens.Add(-1) >= 0 {
 		return nil, errors.New("open as home: failed by a test")
 	}
+	// A queue left from an earlier time this node was home ships
+	// first: the file is not at the stream's end before it has.
+	if err := r.waitShipped(ctx, id); err != nil && !errors.Is(err, store.ErrFenced) {
+		return nil, err
+	}
+	r.queues.Delete(id)
 	if err := r.adoptCopy(id, path); err != nil {
 		return nil, err
 	}
@@ -183,8 +199,14 @@ func (r *replicas) openHome(ctx context.Context, id ObjectID, path string, sync 
 			return nil, err
 		}
 	}
-	f.SetShipper(r.shipper(id, path))
 	at := f.Position()
+	if r.async {
+		q := r.newShipQueue(id, path, at)
+		r.queues.Store(id, q)
+		f.SetShipper(q.shipper)
+	} else {
+		f.SetShipper(r.shipper(id, path))
+	}
 	r.homeAt.Store(id, at.Seq)
 	return f, nil
 }
@@ -199,6 +221,9 @@ func (r *replicas) catchUpHome(ctx context.Context, id ObjectID, f *store.File) 
 	subj := subjectOf(id)
 	last, err := r.log.Last(ctx, subj)
 	if err != nil {
+		return err
+	}
+	if err := adoptSeq(f, last); err != nil {
 		return err
 	}
 	for {
@@ -221,6 +246,68 @@ func (r *replicas) catchUpHome(ctx context.Context, id ObjectID, f *store.File) 
 			return err
 		}
 	}
+}
+
+// adoptSeq records in f the stream sequence of its stream's last change
+// set when f is at that change set but does not know its sequence: its
+// change sets were shipped after they committed (async acknowledgement).
+func adoptSeq(f *store.File, last replica.Tail) error {
+	at := f.Position()
+	if at.Seq != 0 || at.Applied == 0 || last.Applied != at.Applied || last.Sum != at.Sum {
+		return nil
+	}
+	at.Seq = last.Seq
+	tx, err := f.Begin()
+	if err != nil {
+		return err
+	}
+	if err := tx.SetPosition(at); err != nil {
+		tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+// waitShipped returns once the change sets committed so far on id's home
+// file here are in the stream (at once without async acknowledgement, or
+// when id has no queue here). An error: the queue was refused (fenced),
+// or ctx ended first.
+func (r *replicas) waitShipped(ctx context.Context, id ObjectID) error {
+	if r == nil || !r.async {
+		return nil
+	}
+	v, ok := r.queues.Load(id)
+	if !ok {
+		return nil
+	}
+	return v.(*shipQueue).wait(ctx)
+}
+
+// allShipped reports whether id has nothing committed here that waits to
+// be shipped.
+func (r *replicas) allShipped(id ObjectID) bool {
+	if r == nil || !r.async {
+		return true
+	}
+	v, ok := r.queues.Load(id)
+	if !ok {
+		return true
+	}
+	_, waiting := v.(*shipQueue).status()
+	return waiting == 0
+}
+
+// drain waits until every queue has shipped what it holds, or ctx ends.
+func (r *replicas) drain(ctx context.Context) {
+	if !r.async {
+		return
+	}
+	r.queues.Range(func(k, v any) bool {
+		if err := v.(*shipQueue).wait(ctx); err != nil && ctx.Err() == nil {
+			r.logger.Warn("ship before stopping", slog.String("object", k.(ObjectID).String()), slog.Any("err", err))
+		}
+		return ctx.Err() == nil
+	})
 }
 
 // remake makes a file that could not catch up (err) ready to catch up
@@ -307,7 +394,11 @@ func (r *replicas) snapshot(id ObjectID, path string, p store.Position, s *snapS
 		}
 	}
 	start := time.Now()
-	at, size, err := r.log.Snapshot(ctx, subj, path, last)
+	var seqOf replica.SeqOf
+	if v, ok := r.queues.Load(id); ok {
+		seqOf = v.(*shipQueue).seqOf
+	}
+	at, size, err := r.log.SnapshotShipped(ctx, subj, path, last, seqOf)
 	if err != nil {
 		return
 	}
@@ -636,7 +727,14 @@ func (r *replicas) info(ctx context.Context, id ObjectID, homePath string, home 
 	if err != nil {
 		return CopyInfo{}, false, err
 	}
-	return CopyInfo{Node: r.self, Home: home, Position: p}, true, nil
+	info := CopyInfo{Node: r.self, Home: home, Position: p}
+	if v, ok := r.queues.Load(id); ok && home {
+		acked, waiting := v.(*shipQueue).status()
+		if info.Unshipped = waiting; waiting == 0 && acked.Applied == p.Applied {
+			info.Position.Seq = acked.Seq
+		}
+	}
+	return info, true, nil
 }
 
 // readCopy reads a range of id's log from the copy this node keeps; a copy

@@ -75,6 +75,11 @@ var opStream = objectOp("stream", 0, (*Node).readLocal)
 
 // readLocal answers q from this node's copy of obj's file.
 func (n *Node) readLocal(ctx context.Context, obj ObjectID, q streamQuery) ([]abi.Event, error) {
+	// Async acknowledgement: what was committed before the read is
+	// shipped before it is read.
+	if err := n.replicas.waitShipped(ctx, obj); err != nil {
+		return nil, err
+	}
 	return store.Read(ctx, n.objectPath(obj), store.Query{After: q.After, Topic: q.Topic,
 		Match: delivery.MustFilter(q.Filter).MatchFunc(), Limit: q.Limit, MaxBytes: q.MaxBytes, Latest: q.Latest})
 }

@@ -240,6 +240,10 @@ func (l *Log) publish(ctx context.Context, subject, node string, changes []byte,
 	return next, len(m.Data), nil
 }
 
+// MaxChanges is the largest change set Ship takes uncompressed: one that
+// compresses well may be larger.
+func (l *Log) MaxChanges() int { return l.max - 1024 }
+
 // Shipper returns a store.Shipper shipping node's changes to subject, each
 // publish bounded by timeout.
 func (l *Log) Shipper(subject, node string, timeout time.Duration) store.Shipper {
@@ -271,6 +275,7 @@ func isWrongLast(err error) bool {
 type Tail struct {
 	Seq     uint64 `json:"seq"`     // its stream sequence (0: none)
 	Applied uint64 `json:"applied"` // the position count it brings the object to
+	Sum     uint64 `json:"-"`       // the rolling checksum it brings the object to
 	Node    string `json:"node"`    // the node that shipped it
 }
 
@@ -285,7 +290,8 @@ func (l *Log) Last(ctx context.Context, subject string) (Tail, error) {
 	if err != nil {
 		return Tail{}, fmt.Errorf("%w: change stream: %v", abi.ErrUnavailable, err)
 	}
-	return Tail{Seq: m.Sequence, Applied: Applied(m.Header), Node: m.Header.Get(hdrNode)}, nil
+	sum, _ := strconv.ParseUint(m.Header.Get(hdrSum), 16, 64)
+	return Tail{Seq: m.Sequence, Applied: Applied(m.Header), Sum: sum, Node: m.Header.Get(hdrNode)}, nil
 }
 
 // Change is one change set read from the stream.

@@ -87,6 +87,18 @@ func (l *Log) behind(ctx context.Context, subject string, at store.Position) boo
 // as stored. The file's handlers keep running meanwhile (the copy is made
 // through a read-only connection of its own).
 func (l *Log) Snapshot(ctx context.Context, subject, src string, prev uint64) (store.Position, int64, error) {
+	return l.SnapshotShipped(ctx, subject, src, prev, nil)
+}
+
+// SeqOf returns the stream sequence of the change set that brought an
+// object to change count applied, once it is shipped.
+type SeqOf func(ctx context.Context, applied uint64) (uint64, error)
+
+// SnapshotShipped is Snapshot for a home whose file records no stream
+// sequences (its change sets are shipped after they commit): seqOf names
+// the copy's, and a copy whose change sets are not all in the stream is
+// never stored.
+func (l *Log) SnapshotShipped(ctx context.Context, subject, src string, prev uint64, seqOf SeqOf) (store.Position, int64, error) {
 	tmp, err := os.CreateTemp(filepath.Dir(src), ".snapshot-*")
 	if err != nil {
 		return store.Position{}, 0, err
@@ -100,6 +112,17 @@ func (l *Log) Snapshot(ctx context.Context, subject, src string, prev uint64) (s
 	}
 	if at.Applied <= prev {
 		return at, 0, nil // nothing newer than the snapshot it would replace
+	}
+	if at.Seq == 0 {
+		if seqOf == nil {
+			return at, 0, fmt.Errorf("%w: snapshot of %s at change %d has no stream sequence", ErrDiverged, src, at.Applied)
+		}
+		if at.Seq, err = seqOf(ctx, at.Applied); err != nil {
+			return at, 0, fmt.Errorf("snapshot of %s at change %d: %w", src, at.Applied, err)
+		}
+		if err := store.WritePosition(ctx, tmp.Name(), at); err != nil {
+			return at, 0, err
+		}
 	}
 	in, err := os.Open(tmp.Name())
 	if err != nil {

@@ -29,6 +29,25 @@ func SnapshotTo(ctx context.Context, src, dst string) (Position, error) {
 	return p, nil
 }
 
+// WritePosition records p as the position of the object file at path,
+// which nothing else has open (a snapshot's copy).
+func WritePosition(ctx context.Context, path string, p Position) error {
+	f, err := Open(ctx, path, SyncNormal)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	tx, err := f.Begin()
+	if err != nil {
+		return err
+	}
+	if err := tx.SetPosition(p); err != nil {
+		tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
 // RemoveFile removes an SQLite file and its WAL and shared memory, the
 // parts that exist.
 func RemoveFile(path string) error {

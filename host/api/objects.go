@@ -61,6 +61,9 @@ type CopyInfo struct {
 	Home     bool           `json:"home,omitempty"`
 	Position store.Position `json:"position"`
 	Lag      uint64         `json:"lag"` // change sets behind the stream's end
+	// Unshipped is, on the home under async acknowledgement, how many
+	// change sets it committed that are not in the stream yet.
+	Unshipped int `json:"unshipped,omitempty"`
 }
 
 func (s *server) handleReplicas(w http.ResponseWriter, r *http.Request, p tenancy.Principal, id names.Object) {
