@@ -11,10 +11,11 @@ import (
 )
 
 // BenchmarkReplicatedCall measures a committed call (counter inc) on its
-// home in a 3-node cluster without copies and with 2 synchronous copies,
-// alternating one call of each per iteration so both see the same
-// machine. It reports each one's p50 and p99, the p50 added by the output
-// gate, and the bytes shipped per call against the raw change set.
+// home in a 3-node cluster without copies, with 2 synchronous copies and
+// with 2 copies acknowledged asynchronously, alternating one call of each
+// per iteration so all see the same machine. It reports each one's p50
+// and p99, the p50 added by the sync output gate and by async shipping,
+// and the bytes shipped per call against the raw change set.
 func BenchmarkReplicatedCall(b *testing.B) {
 	ctx := context.Background()
 	type side struct {
@@ -22,12 +23,15 @@ func BenchmarkReplicatedCall(b *testing.B) {
 		nodes []*host.Node
 		lat   []time.Duration
 	}
-	sides := []*side{{name: "replicas=0"}, {name: "replicas=2"}}
+	sides := []*side{{name: "replicas=0"}, {name: "replicas=2"}, {name: "replicas=2-async"}}
 	for i, s := range sides {
 		// The product's lease timing, not the cluster tests' shorter one.
 		s.nodes, _ = hosttest.Cluster(b, 3, hosttest.Options{Programs: []string{"counter"}, Configure: func(c *host.Config) {
 			c.LeaseTTL, c.Heartbeat = host.DefaultLeaseTTL, host.DefaultHeartbeat
-			c.Replicas = 2 * i
+			c.Replicas = 2 * min(i, 1)
+			if i == 2 {
+				c.ReplicaAck = host.ReplicaAsync
+			}
 		}})
 	}
 	id := host.ObjectID{Program: "counter", ID: "bench"}
@@ -62,6 +66,7 @@ func BenchmarkReplicatedCall(b *testing.B) {
 		b.ReportMetric(pct(s.lat, 0.99), s.name+"-p99-µs")
 	}
 	b.ReportMetric(pct(sides[1].lat, 0.5)-pct(sides[0].lat, 0.5), "gate-p50-µs")
+	b.ReportMetric(pct(sides[2].lat, 0.5)-pct(sides[0].lat, 0.5), "async-p50-µs")
 	if calls := after.Shipped - before.Shipped; calls > 0 {
 		b.ReportMetric(float64(after.RawBytes-before.RawBytes)/float64(calls), "raw-B/call")
 		b.ReportMetric(float64(after.ShippedBytes-before.ShippedBytes)/float64(calls), "shipped-B/call")

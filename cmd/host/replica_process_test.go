@@ -18,6 +18,7 @@ import (
 
 	_ "modernc.org/sqlite"
 
+	"github.com/durable-host/host/host"
 	hclient "github.com/durable-host/host/host/client"
 	"github.com/durable-host/host/host/hosttest"
 	"github.com/durable-host/host/vm/vmtest"
@@ -45,14 +46,16 @@ type replicaCluster struct {
 	data    []string
 	servers []*server
 	cs      []*hclient.Client
+	// flags are more `host serve` flags for every node.
+	flags []string
 	// past holds the logs of each node's earlier processes (killed or
 	// stopped, then restarted), printed with the live ones on a failure.
 	past [][]string
 }
 
-func startReplicaCluster(t *testing.T, ttl time.Duration) *replicaCluster {
+func startReplicaCluster(t *testing.T, ttl time.Duration, flags ...string) *replicaCluster {
 	t.Helper()
-	rc := &replicaCluster{t: t, bin: hostBinary(t), ttl: ttl}
+	rc := &replicaCluster{t: t, bin: hostBinary(t), ttl: ttl, flags: flags}
 	t.Cleanup(func() {
 		if t.Failed() {
 			for i, s := range rc.servers {
@@ -98,12 +101,12 @@ func (rc *replicaCluster) start(i int) {
 			peers = append(peers, r)
 		}
 	}
-	rc.servers[i] = startClusterNode(rc.t, rc.bin, rc.data[i], rc.addrs[i], rc.routes[i], peers,
+	rc.servers[i] = startClusterNode(rc.t, rc.bin, rc.data[i], rc.addrs[i], rc.routes[i], peers, append([]string{
 		"--lease-ttl", rc.ttl.String(), "--heartbeat", "500ms", "--log-level", "info",
 		// Snapshots (and the purges after them) happen under the kills
 		// and pauses too: a restarted node's copy, behind the purge,
 		// restores one.
-		"--snapshot-every", "100")
+		"--snapshot-every", "100"}, rc.flags...)...)
 }
 
 // waitNodes waits until every live node sees n live nodes.
@@ -402,8 +405,15 @@ func TestTakeoverAfterKill9(t *testing.T) {
 	history := rc.history(t, 1)
 	w.checkByIdentity(t, history)
 	sub.check(t, history)
+	rc.checkTally(t, history)
+}
 
-	// The tally counted each committed post exactly once.
+// checkTally checks that tally/t1, which followed chat/room1 after its
+// first post, counted each later post of history exactly once, and that
+// its edge has no failed attempt.
+func (rc *replicaCluster) checkTally(t *testing.T, history []string) {
+	t.Helper()
+	ctx := context.Background()
 	var counts struct {
 		Total      int64            `json:"total"`
 		Duplicates int64            `json:"duplicates"`
@@ -445,6 +455,78 @@ func TestTakeoverAfterKill9(t *testing.T) {
 	if len(edges.Edges) != 1 || edges.Edges[0].Attempts != 0 {
 		t.Fatalf("edges %+v: want the tally edge with no failed attempt", edges.Edges)
 	}
+}
+
+// TestAsyncAckKill9LosesAtMostTheWindow kills the home of a chat room with
+// SIGKILL while four clients post to it, with --replica-ack async: a call
+// is answered once committed on the home and shipped right after. The
+// posts acknowledged and lost are at most what the window bounds
+// (host.AsyncWindow change sets, each one commit of up to a batch of
+// calls), and what was lost was never seen by anyone else: the tally that
+// follows the room counts each post of the final history exactly once,
+// and the stream subscriber saw the final history with no gap, as in sync
+// mode.
+//
+// conformance: D16 D17 S10
+func TestAsyncAckKill9LosesAtMostTheWindow(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("kills processes; not in -short")
+	}
+	rc := startReplicaCluster(t, replicaTTL, "--replica-ack", "async")
+	ctx := context.Background()
+	for _, p := range []string{"chat", "tally"} {
+		if _, err := rc.cs[0].Upload(ctx, p, vmtest.Wasm(t, p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := rc.cs[0].Call(ctx, "chat/room1", "post", []byte(`{"author":"first","text":"home on node 0"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rc.cs[0].Call(ctx, "tally/t1", "follow", []byte(`{"publisher":"chat/room1"}`)); err != nil {
+		t.Fatal(err)
+	}
+	w := rc.write(4)
+	sub := rc.follow(w, 2)
+	w.waitAcked(t, 100)
+	victim := rc.home("chat/room1", 1)
+	if victim != 0 {
+		t.Fatalf("chat/room1's home is node %d, want node 0 (its first call)", victim)
+	}
+	w.down.Store(victim, true)
+	rc.servers[victim].cmd.Process.Kill()
+	killed := time.Now()
+	<-rc.servers[victim].done
+	rc.servers[victim].waited = true
+	took := w.waitServed(t, killed, replicaTTL+10*time.Second)
+	w.waitAcked(t, w.acked.Load()+30)
+	w.halt(t)
+	history := rc.history(t, 1)
+
+	seen := map[string]bool{}
+	for _, a := range history {
+		if seen[a] {
+			t.Fatalf("post %s committed twice", a)
+		}
+		seen[a] = true
+	}
+	lost := 0
+	w.mu.Lock()
+	for author, n := range w.ackedAt {
+		if n > int64(len(history)) || history[n-1] != author {
+			lost++
+		}
+	}
+	acked := len(w.ackedAt)
+	w.mu.Unlock()
+	// Each change set is one commit of at most a batch of calls.
+	if bound := host.AsyncWindow * host.DefaultMaxBatch; lost > bound {
+		t.Fatalf("%d acknowledged posts lost; the window bounds it at %d", lost, bound)
+	}
+	t.Logf("killed node %d at %d acknowledged posts; answered again after %v; %d of %d acknowledged posts lost",
+		victim, acked, took.Round(time.Millisecond), lost, acked)
+	sub.check(t, history)
+	rc.checkTally(t, history)
 }
 
 // TestPausedHomeIsFenced stops the home of a chat room with SIGSTOP past
