@@ -463,3 +463,36 @@ func TestAlarmsDueTogetherRunBoundedAtOnce(t *testing.T) {
 		t.Fatalf("%d alarm runs at once at most, with a bound of %d: want the bound reached, never passed", high, bound)
 	}
 }
+
+// An alarm whose object's file will not open when it comes due (its change
+// stream has no leader, say) is postponed without an attempt: it runs
+// again after the longest backoff, not at once from the file that still
+// says it is due (which looped), and then runs once.
+//
+// conformance: A02 A03
+func TestAlarmPostponedWhenItsFileWillNotOpen(t *testing.T) {
+	t.Parallel()
+	clock := deliverytest.NewClock(alarmStart)
+	// One node shipping its changes, so its objects open as homes
+	// (host.FailHomeOpens).
+	n, c := alarmNode(t, clock, "", func(c *host.Config) { c.IdleTimeout, c.Replicas = 50*time.Millisecond, 1 })
+	dcall(t, c, "hostile/p1", "alarm_in", "1000")
+	waitUntil(t, "the object is idle and deactivated", 10*time.Second, func() bool { return n.ActiveObjects() == 0 })
+	host.FailHomeOpens(n, 1)
+	clock.Advance(time.Second)
+	waitUntil(t, "the run postponed", 10*time.Second, func() bool { return alarmsTotal(t, c, "postponed") == 1 })
+	stays(t, "postponed once, not run again at once", func() bool {
+		return alarmsTotal(t, c, "postponed") == 1 && alarmsTotal(t, c, "ok") == 0 && alarmsTotal(t, c, "retry") == 0
+	})
+	maxWait := host.DefaultConfig().Delivery.MaxBackoff()
+	clock.Advance(maxWait - time.Millisecond)
+	stays(t, "no run before the longest backoff", func() bool { return alarmsTotal(t, c, "ok") == 0 })
+	clock.Advance(time.Millisecond)
+	waitUntil(t, "the alarm ran", 10*time.Second, func() bool { return alarmsTotal(t, c, "ok") == 1 })
+	if got := alarmRuns(t, c, "hostile/p1"); got != 1 {
+		t.Fatalf("the handler ran %d times, want once", got)
+	}
+	if got := dcall(t, c, "hostile/p1", "alarm_get", ""); got != "-1" {
+		t.Fatalf("after its run the alarm is still set: %s", got)
+	}
+}
