@@ -133,6 +133,10 @@ type conn struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 	behind   atomic.Bool
+	// writing is set while a writer goroutine runs: one runs only while
+	// there is something to write, so an idle connection holds no
+	// goroutine (and no stack) for writing.
+	writing atomic.Bool
 
 	// Written only by the connection's writer: per-connection counters
 	// cost nothing shared per frame (a node-wide atomic did, measurably,
@@ -150,6 +154,7 @@ type conn struct {
 func (c *conn) Offer(it *delivery.Item) bool {
 	select {
 	case c.inbox <- it:
+		c.wake()
 		return true
 	default:
 		if c.behind.CompareAndSwap(false, true) {
@@ -164,6 +169,7 @@ func (c *conn) control(v any) {
 	b, _ := json.Marshal(v)
 	select {
 	case c.ctrl <- b:
+		c.wake()
 	default:
 	}
 }
@@ -173,7 +179,15 @@ func (c *conn) reply(v any) {
 	b, _ := json.Marshal(v)
 	select {
 	case c.ctrl <- b:
+		c.wake()
 	case <-c.ctx.Done():
+	}
+}
+
+// wake starts the writer unless it runs.
+func (c *conn) wake() {
+	if c.writing.CompareAndSwap(false, true) {
+		go c.writeLoop()
 	}
 }
 
@@ -204,7 +218,6 @@ func (n *Node) Connect(ws *websocket.Conn, ac api.Conn) {
 	defer n.conns.wg.Done()
 	defer n.metrics.conns.Dec()
 	c.reply(map[string]any{"type": "hello", "connection": c.id, "node": n.id, "object": names.Show(c.who, c.attached)})
-	go c.writeLoop()
 	c.readLoop()
 	c.close()
 }
@@ -250,7 +263,16 @@ func (c *conn) readLoop() {
 			c.reply(map[string]any{"type": "error", "request": req.Type, "error": err.Error()})
 			continue
 		}
-		c.handle(&req)
+		// A follow runs deep (the publisher's hook, perhaps on another
+		// node): on a goroutine of its own, whose stack goes with it, so
+		// this one, which stays as long as the socket, keeps a small
+		// stack. Requests are still handled one at a time, in order.
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			c.handle(&req)
+		}()
+		<-done
 	}
 }
 
@@ -345,12 +367,13 @@ func (c *conn) handle(req *clientRequest) {
 	}
 }
 
-// writeLoop writes control frames and inbox items to the socket. Without an
-// event export an item's frame is its forward envelope, encoded once per
-// node and shared by every socket: no VM runs and nothing is allocated per
-// socket.
+// writeLoop writes control frames and inbox items to the socket until
+// both are empty, then ends (wake starts it again). Without an event
+// export an item's frame is its forward envelope, encoded once per node
+// and shared by every socket: no VM runs and nothing is allocated per
+// socket. A failed write ends the connection; its writer stays marked
+// running, so none starts again.
 func (c *conn) writeLoop() {
-	defer c.cancel()
 	for {
 		var frame []byte
 		select {
@@ -374,6 +397,14 @@ func (c *conn) writeLoop() {
 				break
 			}
 			frame = out
+		default:
+			// Nothing to write: end, unless something came in meanwhile
+			// and no other writer took it.
+			c.writing.Store(false)
+			if len(c.ctrl) == 0 && len(c.inbox) == 0 || !c.writing.CompareAndSwap(false, true) {
+				return
+			}
+			continue
 		}
 		typ := websocket.MessageText
 		if !utf8.Valid(frame) {
@@ -383,6 +414,7 @@ func (c *conn) writeLoop() {
 		// frame; closing the socket (CloseNow on the way out) is what
 		// interrupts a stuck write.
 		if err := c.ws.Write(context.Background(), typ, frame); err != nil {
+			c.cancel()
 			return
 		}
 		c.frames.Add(1)
