@@ -353,8 +353,11 @@ func hCall(i *Instance, m api.Module, s []uint64) {
 	case err == nil:
 		i.result = reply
 		s[0] = uint64(len(reply))
-	case i.ctx.Err() != nil:
-		panic(err) // this handler ran out of budget waiting
+	case ctx.Err() != nil:
+		// This handler's budget ended while it waited: it fails as one
+		// past its budget, whether or not the watchdog saw it yet.
+		i.expired.Store(true)
+		panic(err)
 	case errors.As(err, &ce):
 		i.result = abi.AppendCallError(nil, ce)
 		s[0] = status(abi.StatusError)

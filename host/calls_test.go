@@ -1,0 +1,212 @@
+package host_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/durable-host/host/delivery/deliverytest"
+	"github.com/durable-host/host/host"
+	hclient "github.com/durable-host/host/host/client"
+	"github.com/durable-host/host/host/hosttest"
+)
+
+// callPayload is the ledger's call method's payload: call method on
+// target with payload (and key), failing after the call with flags
+// "fail", or spinning flags' milliseconds before it.
+func callPayload(target, method, key, flags, payload string) string {
+	return strings.Join([]string{target, method, key, flags, payload}, "\n")
+}
+
+// apiStatus is the status of a failed client call, 0 for none.
+func apiStatus(err error) int {
+	var ae *hclient.APIError
+	if errors.As(err, &ae) {
+		return ae.Status
+	}
+	return 0
+}
+
+// Objects call objects on the same node and on another: both effects
+// commit; the callee's error reaches the caller as a status and message
+// it handles; a caller that fails after its call keeps the callee's
+// effect only; a cycle is refused across nodes too (the chain travels).
+func TestCallsObjectToObjectSameNodeAndAcrossNodes(t *testing.T) {
+	t.Parallel()
+	nodes, _ := hosttest.Cluster(t, 2, hosttest.Options{Programs: []string{"ledger"}})
+	c0, c1 := &hclient.Client{Base: nodes[0].URL()}, &hclient.Client{Base: nodes[1].URL()}
+	// Homes: a and near on node 0, far on node 1.
+	dcall(t, c0, "ledger/a", "total", "")
+	dcall(t, c0, "ledger/near", "total", "")
+	dcall(t, c1, "ledger/far", "total", "")
+	for _, target := range []string{"ledger/near", "ledger/far"} {
+		if got := dcall(t, c0, "ledger/a", "call", callPayload(target, "add", "", "", "x")); got != "ok 1" {
+			t.Fatalf("a calls %s: %q", target, got)
+		}
+		got := dcall(t, c0, "ledger/a", "call", callPayload(target, "add", "", "", "fail-y"))
+		if got != "error 422 method failed: refused: fail-y" {
+			t.Fatalf("a calls %s, which fails: %q", target, got)
+		}
+		_, err := c0.Call(context.Background(), "ledger/a", "call", []byte(callPayload(target, "add", "", "fail", "z")))
+		if apiStatus(err) != http.StatusUnprocessableEntity || !strings.Contains(err.Error(), "failing after the call") {
+			t.Fatalf("a fails after calling %s: %v", target, err)
+		}
+		if got := dcall(t, c1, target, "entries", ""); got != "x\nz\n" {
+			t.Fatalf("%s's entries %q, want x and z: the callee's effect stays when its caller fails", target, got)
+		}
+	}
+	// Four calls committed at a; the two that failed after their call
+	// rolled back.
+	if got := dcall(t, c1, "ledger/a", "total", ""); got != "0" {
+		t.Fatalf("a's own total %q", got)
+	}
+	// a (node 0) → far (node 1) → a: refused at far, which reports it.
+	began := time.Now()
+	got := dcall(t, c0, "ledger/a", "call", callPayload("ledger/far", "call", "", "", callPayload("ledger/a", "total", "", "", "")))
+	if !strings.HasPrefix(got, "ok error 508 ") || !strings.Contains(got, "ledger/a → ledger/far → ledger/a") {
+		t.Fatalf("a → far → a across nodes: %q", got)
+	}
+	if d := time.Since(began); d > 5*time.Second {
+		t.Fatalf("the cycle took %v to refuse", d)
+	}
+}
+
+// A call back into an object waiting in the chain fails at once (not at
+// the budget); a chain of 8 objects runs, one of 9 is refused.
+func TestCallsCycleAndDepthRefusedAtOnce(t *testing.T) {
+	t.Parallel()
+	n, c := hosttest.Start(t, hosttest.Options{Programs: []string{"ledger"}})
+	_ = n
+	began := time.Now()
+	got := dcall(t, c, "ledger/a", "call", callPayload("ledger/b", "call", "", "", callPayload("ledger/a", "add", "", "", "x")))
+	want := "ok error 508 object call refused: call cycle ledger/a → ledger/b → ledger/a"
+	if !strings.HasPrefix(got, want) {
+		t.Fatalf("a → b → a: %q, want %q…", got, want)
+	}
+	if got := dcall(t, c, "ledger/a", "call", callPayload("ledger/a", "add", "", "", "x")); !strings.HasPrefix(got, "error 508 object call refused: call cycle ledger/a → ledger/a") {
+		t.Fatalf("a → a: %q", got)
+	}
+	if d := time.Since(began); d > 3*time.Second {
+		t.Fatalf("refusing the cycles took %v: they waited", d)
+	}
+	// chain(k) is a0 → a1 → … → a(k-1), the last adding an entry.
+	chain := func(k int) string {
+		p := "deep"
+		for i := k - 1; i >= 1; i-- {
+			if i == k-1 {
+				p = callPayload(fmt.Sprintf("ledger/a%d", i), "add", "", "", p)
+			} else {
+				p = callPayload(fmt.Sprintf("ledger/a%d", i), "call", "", "", p)
+			}
+		}
+		return p
+	}
+	if got := dcall(t, c, "ledger/a0", "call", chain(8)); got != strings.Repeat("ok ", 7)+"1" {
+		t.Fatalf("a chain of 8: %q", got)
+	}
+	got = dcall(t, c, "ledger/a0", "call", chain(9))
+	if !strings.HasPrefix(got, strings.Repeat("ok ", 7)+"error 508 ") || !strings.Contains(got, "deeper than 8 objects") {
+		t.Fatalf("a chain of 9: %q", got)
+	}
+	if got := dcall(t, c, "ledger/a8", "total", ""); got != "0" {
+		t.Fatalf("the ninth object ran: total %q", got)
+	}
+}
+
+// The callee runs no longer than its caller's remaining budget, on the
+// same node and across nodes: a caller that spent most of its 2 s budget
+// calls an object that spins forever, and the whole call ends at the
+// caller's budget, not a second budget later.
+func TestCallsDeadlineCarried(t *testing.T) {
+	t.Parallel()
+	const budget = 2 * time.Second
+	nodes, _ := hosttest.Cluster(t, 2, hosttest.Options{Programs: []string{"ledger"}, Configure: func(cfg *host.Config) {
+		cfg.VM.Budget = budget
+	}})
+	c0, c1 := &hclient.Client{Base: nodes[0].URL()}, &hclient.Client{Base: nodes[1].URL()}
+	dcall(t, c0, "ledger/a", "total", "")
+	dcall(t, c0, "ledger/near", "total", "")
+	dcall(t, c1, "ledger/far", "total", "")
+	for _, target := range []string{"ledger/near", "ledger/far"} {
+		began := time.Now()
+		out, err := c0.Call(context.Background(), "ledger/a", "call", []byte(callPayload(target, "spin", "", "1200", "0")))
+		d := time.Since(began)
+		t.Logf("a calls %s, spinning: %v", target, d)
+		// The caller's budget ends while it waits: it fails (504), or
+		// reports its callee's 504 if that came back first.
+		if apiStatus(err) != http.StatusGatewayTimeout && !strings.HasPrefix(string(out), "error 504") {
+			t.Fatalf("a calls %s, spinning: %q %v", target, out, err)
+		}
+		if d > budget+800*time.Millisecond {
+			t.Fatalf("a calls %s, spinning: %v, past the caller's %v budget", target, d, budget)
+		}
+	}
+}
+
+// The same Idempotency-Key twice runs the method once and answers the
+// same reply, through the home and through another node; the key with
+// another payload or method is refused (422); an expired key runs again.
+func TestCallsIdempotencyKeyOverHTTP(t *testing.T) {
+	t.Parallel()
+	clock := deliverytest.NewClock(time.Now())
+	nodes, _ := hosttest.Cluster(t, 2, hosttest.Options{Programs: []string{"ledger"}, Configure: func(cfg *host.Config) {
+		cfg.Delivery.Clock = clock
+		cfg.CallRecordAge = time.Hour
+	}})
+	c0, c1 := &hclient.Client{Base: nodes[0].URL()}, &hclient.Client{Base: nodes[1].URL()}
+	ctx := context.Background()
+	dcall(t, c0, "ledger/l", "total", "")
+	for i, c := range []*hclient.Client{c0, c1, c0} {
+		out, err := c.CallWithKey(ctx, "ledger/l", "add", []byte("order-7"), "K1")
+		if err != nil || string(out) != "1" {
+			t.Fatalf("call %d with key K1: %q %v", i, out, err)
+		}
+	}
+	if got := dcall(t, c1, "ledger/l", "entries", ""); got != "order-7\n" {
+		t.Fatalf("entries after three calls with one key: %q", got)
+	}
+	for _, m := range []struct{ method, payload string }{{"add", "order-8"}, {"total", "order-7"}} {
+		_, err := c1.CallWithKey(ctx, "ledger/l", m.method, []byte(m.payload), "K1")
+		if apiStatus(err) != http.StatusUnprocessableEntity || !strings.Contains(err.Error(), `key "K1" was first used for another method or payload`) {
+			t.Fatalf("K1 reused for %s %s: %v", m.method, m.payload, err)
+		}
+	}
+	clock.Advance(time.Hour + time.Second)
+	if out, err := c0.CallWithKey(ctx, "ledger/l", "add", []byte("order-7"), "K1"); err != nil || string(out) != "2" {
+		t.Fatalf("K1 after its record expired: %q %v", out, err)
+	}
+	if _, err := c0.CallWithKey(ctx, "ledger/l", "add", []byte("x"), strings.Repeat("k", 257)); apiStatus(err) != http.StatusRequestEntityTooLarge {
+		t.Fatalf("an oversized key: %v", err)
+	}
+}
+
+// A receive handler that calls a third object and then fails (its own
+// transaction rolls back after the callee committed) is delivered the
+// event again; its call carries the key derived from the event, so the
+// third object's effect counts once, checked by the entries themselves.
+func TestCallsFromReceiveOnceInEffect(t *testing.T) {
+	t.Parallel()
+	n, c := hosttest.Start(t, hosttest.Options{Programs: []string{"ledger"}, Configure: func(cfg *host.Config) {
+		cfg.Delivery.RetryBase = 50 * time.Millisecond
+	}})
+	_ = n
+	dcall(t, c, "ledger/f", "follow", "ledger/p")
+	dcall(t, c, "ledger/p", "publish", "ledger/third\ne1\nledger/gate")
+	dcall(t, c, "ledger/p", "publish", "ledger/third\ne2\n")
+	waitUntil(t, "both events received", 10*time.Second, func() bool {
+		return dcall(t, c, "ledger/third", "total", "") == "2" && dcall(t, c, "ledger/gate", "once", "") == "again"
+	})
+	waitUntil(t, "the follower committed both", 10*time.Second, func() bool {
+		return metric(t, c, "host_receive_commits_total") >= 2
+	})
+	if got := dcall(t, c, "ledger/third", "entries", ""); got != "e1\ne2\n" {
+		t.Fatalf("third's entries %q: the redelivered event's call repeated its effect", got)
+	}
+	if r := metric(t, c, "host_call_repeats_total"); r < 1 {
+		t.Fatalf("no call was answered from its record (%v): the event was not redelivered", r)
+	}
+}
