@@ -14,7 +14,8 @@
 //     calls METHOD on TARGET (with KEY if not empty) and replies
 //     "ok REPLY" or "error STATUS MESSAGE"; FLAGS "fail" fails this
 //     handler after the call, which rolls back this object's count and
-//     leaves the callee's effect.
+//     leaves the callee's effect; FLAGS a number spins that many
+//     milliseconds before the call.
 //   - spin MS: busy for MS milliseconds (0: until the budget ends).
 //   - publish PAYLOAD: publishes PAYLOAD on "jobs".
 //   - follow PUBLISHER: follows PUBLISHER's "jobs".
@@ -62,6 +63,9 @@ func init() {
 			f = append(f, "")
 		}
 		sdk.PutInt("calls", sdk.GetInt("calls")+1)
+		if ms, err := strconv.ParseInt(f[3], 10, 64); err == nil {
+			spin(ms)
+		}
 		reply, err := sdk.CallWithKey(f[0], f[1], []byte(f[4]), f[2])
 		if f[3] == "fail" {
 			return nil, errors.New("failing after the call")
@@ -74,9 +78,7 @@ func init() {
 	})
 	sdk.Method("spin", func(p []byte) ([]byte, error) {
 		ms, _ := strconv.ParseInt(string(p), 10, 64)
-		until := sdk.Now() + ms*1e6
-		for ms == 0 || sdk.Now() < until {
-		}
+		spin(ms)
 		return []byte("done"), nil
 	})
 	sdk.Method("publish", func(p []byte) ([]byte, error) { return nil, sdk.Publish("jobs", p) })
@@ -112,6 +114,14 @@ func init() {
 		sdk.PutInt("received", sdk.GetInt("received")+1)
 		return nil
 	})
+}
+
+// spin keeps the handler busy for ms milliseconds, 0: until its budget
+// ends.
+func spin(ms int64) {
+	until := sdk.Now() + ms*1e6
+	for ms == 0 || sdk.Now() < until {
+	}
 }
 
 func main() {}
