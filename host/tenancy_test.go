@@ -554,3 +554,40 @@ func TestTenantLimits(t *testing.T) {
 		t.Logf("busy tenant's loops ended after %v and %v; the calm tenant made %d calls meanwhile", took[0], took[1], calls)
 	})
 }
+
+// TestCrossTenantObjectCallRefused: an object's call of another tenant's
+// object is refused as a client of its tenant is (404, naming nothing of
+// the other tenant), with or without an idempotency key, while its own
+// tenant's objects answer; a foreign request's Idempotency-Key gets no
+// further either.
+func TestCrossTenantObjectCallRefused(t *testing.T) {
+	t.Parallel()
+	n, op := authNode(t, nil)
+	a := mkTenant(t, n, op, "acme", "")
+	b := mkTenant(t, n, op, "bob", "")
+	wantStatus(t, tenantUpload(t, n, a, "ledger", "ledger"), http.StatusCreated, "a uploads ledger")
+	wantStatus(t, tenantUpload(t, n, b, "ledger", "ledger"), http.StatusCreated, "b uploads ledger")
+	wantStatus(t, as(t, n, a, http.MethodPost, "/v1/objects/ledger/x/add", []byte("a's")), http.StatusOK, "a adds")
+	for _, key := range []string{"", "k1"} {
+		r := as(t, n, b, http.MethodPost, "/v1/objects/ledger/b/call", []byte(callPayload("acme.ledger/x", "add", key, "", "b's")))
+		if r.status != http.StatusOK || !strings.HasPrefix(string(r.body), "error 404 unknown program") {
+			t.Fatalf("b's object calls a's (key %q): HTTP %d %s", key, r.status, r.body)
+		}
+	}
+	r := as(t, n, b, http.MethodPost, "/v1/objects/ledger/b/call", []byte(callPayload("ledger/x", "add", "", "", "b's")))
+	if string(r.body) != "ok 1" {
+		t.Fatalf("b's object calls b's own ledger/x: HTTP %d %s", r.status, r.body)
+	}
+	req, _ := http.NewRequest(http.MethodPost, n.URL()+"/v1/objects/acme.ledger/x/add", strings.NewReader("b's"))
+	req.Header.Set("Authorization", "Bearer "+b)
+	req.Header.Set("Idempotency-Key", "k2")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	wantStatus(t, response{status: resp.StatusCode}, http.StatusNotFound, "b calls a's object with an Idempotency-Key")
+	if r := as(t, n, a, http.MethodPost, "/v1/objects/ledger/x/entries", nil); string(r.body) != "a's\n" {
+		t.Fatalf("a's ledger after b's attempts: %q", r.body)
+	}
+}
