@@ -15,6 +15,9 @@ import (
 	"github.com/durable-host/host/host/hosttest"
 )
 
+// ledgers are the Go example of object calls and its Rust twin.
+var ledgers = []string{"ledger", "ledger-rust"}
+
 // callPayload is the ledger's call method's payload: call method on
 // target with payload (and key), failing after the call with flags
 // "fail", or spinning flags' milliseconds before it.
@@ -37,21 +40,28 @@ func apiStatus(err error) int {
 // effect only; a cycle is refused across nodes too (the chain travels).
 func TestCallsObjectToObjectSameNodeAndAcrossNodes(t *testing.T) {
 	t.Parallel()
-	nodes, _ := hosttest.Cluster(t, 2, hosttest.Options{Programs: []string{"ledger"}})
+	nodes, _ := hosttest.Cluster(t, 2, hosttest.Options{Programs: ledgers})
 	c0, c1 := &hclient.Client{Base: nodes[0].URL()}, &hclient.Client{Base: nodes[1].URL()}
+	for _, prog := range ledgers {
+		t.Run(prog, func(t *testing.T) { testCallsSameNodeAndAcross(t, c0, c1, prog) })
+	}
+}
+
+func testCallsSameNodeAndAcross(t *testing.T, c0, c1 *hclient.Client, prog string) {
+	l := func(id string) string { return prog + "/" + id }
 	// Homes: a and near on node 0, far on node 1.
-	dcall(t, c0, "ledger/a", "total", "")
-	dcall(t, c0, "ledger/near", "total", "")
-	dcall(t, c1, "ledger/far", "total", "")
-	for _, target := range []string{"ledger/near", "ledger/far"} {
-		if got := dcall(t, c0, "ledger/a", "call", callPayload(target, "add", "", "", "x")); got != "ok 1" {
+	dcall(t, c0, l("a"), "total", "")
+	dcall(t, c0, l("near"), "total", "")
+	dcall(t, c1, l("far"), "total", "")
+	for _, target := range []string{l("near"), l("far")} {
+		if got := dcall(t, c0, l("a"), "call", callPayload(target, "add", "", "", "x")); got != "ok 1" {
 			t.Fatalf("a calls %s: %q", target, got)
 		}
-		got := dcall(t, c0, "ledger/a", "call", callPayload(target, "add", "", "", "fail-y"))
+		got := dcall(t, c0, l("a"), "call", callPayload(target, "add", "", "", "fail-y"))
 		if got != "error 422 method failed: refused: fail-y" {
 			t.Fatalf("a calls %s, which fails: %q", target, got)
 		}
-		_, err := c0.Call(context.Background(), "ledger/a", "call", []byte(callPayload(target, "add", "", "fail", "z")))
+		_, err := c0.Call(context.Background(), l("a"), "call", []byte(callPayload(target, "add", "", "fail", "z")))
 		if apiStatus(err) != http.StatusUnprocessableEntity || !strings.Contains(err.Error(), "failing after the call") {
 			t.Fatalf("a fails after calling %s: %v", target, err)
 		}
@@ -61,13 +71,13 @@ func TestCallsObjectToObjectSameNodeAndAcrossNodes(t *testing.T) {
 	}
 	// Four calls committed at a; the two that failed after their call
 	// rolled back.
-	if got := dcall(t, c1, "ledger/a", "total", ""); got != "0" {
+	if got := dcall(t, c1, l("a"), "total", ""); got != "0" {
 		t.Fatalf("a's own total %q", got)
 	}
 	// a (node 0) → far (node 1) → a: refused at far, which reports it.
 	began := time.Now()
-	got := dcall(t, c0, "ledger/a", "call", callPayload("ledger/far", "call", "", "", callPayload("ledger/a", "total", "", "", "")))
-	if !strings.HasPrefix(got, "ok error 508 ") || !strings.Contains(got, "ledger/a → ledger/far → ledger/a") {
+	got := dcall(t, c0, l("a"), "call", callPayload(l("far"), "call", "", "", callPayload(l("a"), "total", "", "", "")))
+	if !strings.HasPrefix(got, "ok error 508 ") || !strings.Contains(got, l("a")+" → "+l("far")+" → "+l("a")) {
 		t.Fatalf("a → far → a across nodes: %q", got)
 	}
 	if d := time.Since(began); d > 5*time.Second {
@@ -79,15 +89,21 @@ func TestCallsObjectToObjectSameNodeAndAcrossNodes(t *testing.T) {
 // the budget); a chain of 8 objects runs, one of 9 is refused.
 func TestCallsCycleAndDepthRefusedAtOnce(t *testing.T) {
 	t.Parallel()
-	n, c := hosttest.Start(t, hosttest.Options{Programs: []string{"ledger"}})
-	_ = n
+	_, c := hosttest.Start(t, hosttest.Options{Programs: ledgers})
+	for _, prog := range ledgers {
+		t.Run(prog, func(t *testing.T) { testCallsCycleAndDepth(t, c, prog) })
+	}
+}
+
+func testCallsCycleAndDepth(t *testing.T, c *hclient.Client, prog string) {
+	l := func(id string) string { return prog + "/" + id }
 	began := time.Now()
-	got := dcall(t, c, "ledger/a", "call", callPayload("ledger/b", "call", "", "", callPayload("ledger/a", "add", "", "", "x")))
-	want := "ok error 508 object call refused: call cycle ledger/a → ledger/b → ledger/a"
+	got := dcall(t, c, l("a"), "call", callPayload(l("b"), "call", "", "", callPayload(l("a"), "add", "", "", "x")))
+	want := "ok error 508 object call refused: call cycle " + l("a") + " → " + l("b") + " → " + l("a")
 	if !strings.HasPrefix(got, want) {
 		t.Fatalf("a → b → a: %q, want %q…", got, want)
 	}
-	if got := dcall(t, c, "ledger/a", "call", callPayload("ledger/a", "add", "", "", "x")); !strings.HasPrefix(got, "error 508 object call refused: call cycle ledger/a → ledger/a") {
+	if got := dcall(t, c, l("a"), "call", callPayload(l("a"), "add", "", "", "x")); !strings.HasPrefix(got, "error 508 object call refused: call cycle "+l("a")+" → "+l("a")) {
 		t.Fatalf("a → a: %q", got)
 	}
 	if d := time.Since(began); d > 3*time.Second {
@@ -98,21 +114,21 @@ func TestCallsCycleAndDepthRefusedAtOnce(t *testing.T) {
 		p := "deep"
 		for i := k - 1; i >= 1; i-- {
 			if i == k-1 {
-				p = callPayload(fmt.Sprintf("ledger/a%d", i), "add", "", "", p)
+				p = callPayload(l(fmt.Sprint("a", i)), "add", "", "", p)
 			} else {
-				p = callPayload(fmt.Sprintf("ledger/a%d", i), "call", "", "", p)
+				p = callPayload(l(fmt.Sprint("a", i)), "call", "", "", p)
 			}
 		}
 		return p
 	}
-	if got := dcall(t, c, "ledger/a0", "call", chain(8)); got != strings.Repeat("ok ", 7)+"1" {
+	if got := dcall(t, c, l("a0"), "call", chain(8)); got != strings.Repeat("ok ", 7)+"1" {
 		t.Fatalf("a chain of 8: %q", got)
 	}
-	got = dcall(t, c, "ledger/a0", "call", chain(9))
+	got = dcall(t, c, l("a0"), "call", chain(9))
 	if !strings.HasPrefix(got, strings.Repeat("ok ", 7)+"error 508 ") || !strings.Contains(got, "deeper than 8 objects") {
 		t.Fatalf("a chain of 9: %q", got)
 	}
-	if got := dcall(t, c, "ledger/a8", "total", ""); got != "0" {
+	if got := dcall(t, c, l("a8"), "total", ""); got != "0" {
 		t.Fatalf("the ninth object ran: total %q", got)
 	}
 }
@@ -196,20 +212,31 @@ func TestCallsIdempotencyKeyOverHTTP(t *testing.T) {
 // third object's effect counts once, checked by the entries themselves.
 func TestCallsFromReceiveOnceInEffect(t *testing.T) {
 	t.Parallel()
-	n, c := hosttest.Start(t, hosttest.Options{Programs: []string{"ledger"}, Configure: func(cfg *host.Config) {
+	_, c := hosttest.Start(t, hosttest.Options{Programs: ledgers, Configure: func(cfg *host.Config) {
 		cfg.Delivery.RetryBase = 50 * time.Millisecond
 	}})
-	_ = n
-	dcall(t, c, "ledger/f", "follow", "ledger/p")
-	dcall(t, c, "ledger/p", "publish", "ledger/third\ne1\nledger/gate")
-	dcall(t, c, "ledger/p", "publish", "ledger/third\ne2\n")
+	commits := 0.0
+	for _, prog := range ledgers {
+		t.Run(prog, func(t *testing.T) {
+			commits += 2
+			testCallsFromReceive(t, c, prog, commits)
+		})
+	}
+}
+
+func testCallsFromReceive(t *testing.T, c *hclient.Client, prog string, commits float64) {
+	l := func(id string) string { return prog + "/" + id }
+	repeats := metric(t, c, "host_call_repeats_total")
+	dcall(t, c, l("f"), "follow", l("p"))
+	dcall(t, c, l("p"), "publish", l("third")+"\ne1\n"+l("gate"))
+	dcall(t, c, l("p"), "publish", l("third")+"\ne2\n")
 	waitUntil(t, "the follower committed both events", 10*time.Second, func() bool {
-		return metric(t, c, "host_receive_commits_total") >= 2
+		return metric(t, c, "host_receive_commits_total") >= commits
 	})
-	if got := dcall(t, c, "ledger/third", "entries", ""); got != "e1\ne2\n" {
+	if got := dcall(t, c, l("third"), "entries", ""); got != "e1\ne2\n" {
 		t.Fatalf("third's entries %q: the redelivered event's call repeated its effect", got)
 	}
-	if r := metric(t, c, "host_call_repeats_total"); r < 1 {
+	if r := metric(t, c, "host_call_repeats_total") - repeats; r < 1 {
 		t.Fatalf("no call was answered from its record (%v): the event was not redelivered", r)
 	}
 }
