@@ -240,3 +240,20 @@ func testCallsFromReceive(t *testing.T, c *hclient.Client, prog string, commits 
 		t.Fatalf("no call was answered from its record (%v): the event was not redelivered", r)
 	}
 }
+
+// Hostile call requests get a status, never a host panic: one that does
+// not decode, one over the size limit (413), a target that is no object
+// name (400); a pointer outside memory traps the caller alone.
+func TestCallsHostileRequests(t *testing.T) {
+	t.Parallel()
+	_, c := hosttest.Start(t, hosttest.Options{Programs: []string{"hostile"}})
+	if got := dcall(t, c, "hostile/h", "call_bad", ""); got != "413 400" {
+		t.Fatalf("hostile call requests: %q", got)
+	}
+	if _, err := c.Call(context.Background(), "hostile/h", "call_oob", nil); apiStatus(err) != http.StatusInternalServerError {
+		t.Fatalf("a call request outside memory: %v", err)
+	}
+	if got := dcall(t, c, "hostile/h", "ok", ""); got != "ok" {
+		t.Fatalf("after a trapped call: %q", got)
+	}
+}

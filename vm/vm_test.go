@@ -159,6 +159,10 @@ func TestHostileGuests(t *testing.T) {
 			return errors.As(err, &te) && strings.Contains(te.Message, "outside guest memory")
 		}, true},
 		{"oob_len", func(err error) bool { var te *vm.TrapError; return errors.As(err, &te) }, true},
+		{"call_oob", func(err error) bool {
+			var te *vm.TrapError
+			return errors.As(err, &te) && strings.Contains(te.Message, "outside guest memory")
+		}, true},
 		{"big_reply", func(err error) bool { var te *vm.TrapError; return errors.As(err, &te) }, true},
 		{"panic", func(err error) bool {
 			var ge *vm.GuestError
