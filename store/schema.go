@@ -73,7 +73,7 @@ var migrations = []func(ctx context.Context, c *sql.Conn) error{
 	request BLOB NOT NULL,
 	reply   BLOB NOT NULL,
 	at      INTEGER NOT NULL
-);
+) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS calls_at ON calls(at)`)
 		return err
 	},
