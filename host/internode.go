@@ -179,7 +179,8 @@ func encode(m *nats.Msg, v any) error {
 	case callRequest:
 		m.Header.Set(hdrMethod, v.Method)
 		if v.Key != "" {
-			m.Header.Set(hdrKey, v.Key)
+			// Quoted: a guest's key may hold any byte, a line break too.
+			m.Header.Set(hdrKey, strconv.Quote(v.Key))
 		}
 		if len(v.Chain) > 0 {
 			m.Header.Set(hdrChain, strings.Join(v.Chain, ","))
@@ -217,7 +218,12 @@ func decode(m *nats.Msg, v any) error {
 	case *string:
 		*v = string(m.Data)
 	case *callRequest:
-		*v = callRequest{Method: m.Header.Get(hdrMethod), Payload: m.Data, Key: m.Header.Get(hdrKey)}
+		*v = callRequest{Method: m.Header.Get(hdrMethod), Payload: m.Data}
+		if k := m.Header.Get(hdrKey); k != "" {
+			if v.Key, err = strconv.Unquote(k); err != nil {
+				return err
+			}
+		}
 		if c := m.Header.Get(hdrChain); c != "" {
 			// Object names hold no commas.
 			v.Chain = strings.Split(c, ",")
