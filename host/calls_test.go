@@ -256,4 +256,8 @@ func TestCallsHostileRequests(t *testing.T) {
 	if got := dcall(t, c, "hostile/h", "ok", ""); got != "ok" {
 		t.Fatalf("after a trapped call: %q", got)
 	}
+	// A method name would cross to another node in a header.
+	if _, err := c.Call(context.Background(), "hostile/h", "ok\r\nStatus: 200", nil); apiStatus(err) != http.StatusBadRequest {
+		t.Fatalf("a method name with a line break: %v", err)
+	}
 }

@@ -23,8 +23,10 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/nats-io/nats.go"
 
@@ -686,6 +688,11 @@ func (n *Node) call(ctx context.Context, id ObjectID, req callRequest) ([]byte, 
 	}
 	if len(req.Payload) > n.cfg.MaxPayload {
 		return nil, fmt.Errorf("%w: payload is %d bytes, the limit is %d", ErrTooLarge, len(req.Payload), n.cfg.MaxPayload)
+	}
+	// The method crosses to another node in a header, where a line break
+	// would end it (a guest's method name, or a client's %0A).
+	if strings.ContainsFunc(req.Method, unicode.IsControl) {
+		return nil, fmt.Errorf("%w: method name %q has a control character", ErrBadRequest, names.Clip(req.Method))
 	}
 	if _, err := n.programs.latest(ctx, id.Program); err != nil {
 		return nil, err
