@@ -2,8 +2,6 @@ package store_test
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -14,27 +12,8 @@ import (
 // opens, keeps what it held (its alarm among it), has no recorded calls,
 // and records one.
 func TestSchemaUpgradeFromVersion3(t *testing.T) {
-	script, err := os.ReadFile(filepath.Join("testdata", "v3-017f875.sql"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "old.db")
-	if err := writeSQL(path, string(script)); err != nil {
-		t.Fatal(err)
-	}
-	if v := userVersion(t, path); v != 3 {
-		t.Fatalf("fixture at version %d", v)
-	}
-	fresh := filepath.Join(t.TempDir(), "fresh.db")
-	open(t, fresh).Close()
-	f := open(t, path)
-	defer f.Close()
-	if v := userVersion(t, path); v != store.Version {
-		t.Fatalf("version %d after open, want %d", v, store.Version)
-	}
-	if got, want := columns(t, path), columns(t, fresh); !equalColumns(got, want) {
-		t.Fatalf("upgraded columns %v, a new file's %v", got, want)
-	}
+	path := fixtureFile(t, "v3-017f875.sql", 3)
+	f := openUpgraded(t, path)
 	if _, ok := alarmOf(t, f); !ok {
 		t.Fatal("the upgraded file lost its alarm")
 	}
