@@ -591,3 +591,36 @@ func TestCrossTenantObjectCallRefused(t *testing.T) {
 		t.Fatalf("a's ledger after b's attempts: %q", r.body)
 	}
 }
+
+// TestCallRecordsCountTowardObjectStorage: calls that write nothing but
+// their idempotency record fill an object to its storage limit, and are
+// then refused (413, naming the limit) while an unkeyed call, which
+// records nothing, still runs.
+func TestCallRecordsCountTowardObjectStorage(t *testing.T) {
+	t.Parallel()
+	n, op := authNode(t, nil)
+	a := mkTenant(t, n, op, "acme", `{"object_bytes":65536}`)
+	wantStatus(t, tenantUpload(t, n, a, "ledger", "ledger"), http.StatusCreated, "a uploads ledger")
+	var last response
+	keyed := 0
+	for ; keyed < 2000; keyed++ {
+		req, _ := http.NewRequest(http.MethodPost, n.URL()+"/v1/objects/ledger/l/total", nil)
+		req.Header.Set("Authorization", "Bearer "+a)
+		req.Header.Set("Idempotency-Key", fmt.Sprintf("%0200d", keyed))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		last = response{status: resp.StatusCode, header: resp.Header, body: b}
+		if last.status != http.StatusOK {
+			break
+		}
+	}
+	wantError(t, last, http.StatusRequestEntityTooLarge, "object storage")
+	if keyed == 0 {
+		t.Fatal("the first keyed call was refused")
+	}
+	wantStatus(t, as(t, n, a, http.MethodPost, "/v1/objects/ledger/l/total", nil), http.StatusOK, "an unkeyed call on the full object")
+}
