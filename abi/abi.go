@@ -47,10 +47,11 @@ package abi
 import "errors"
 
 // Version is the ABI version a guest reports through ExportVersion. The host
-// refuses modules that report another version. The alarm imports and export
-// did not raise it: a guest that sets no alarm imports none of them and runs
-// on a host from before them (which ignores an export it does not know), and
-// one that does is refused there at upload, naming the import it lacks.
+// refuses modules that report another version. The alarm imports and export,
+// and object_call, did not raise it: a guest that uses none of them imports
+// none and runs on a host from before them (which ignores an export it does
+// not know), and one that does is refused there at upload, naming the
+// import it lacks.
 const Version = 1
 
 // ImportModule is the module name of every host function.

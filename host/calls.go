@@ -69,13 +69,15 @@ func chainOf(ctx context.Context) []string {
 
 // Call runs the object call req on its callee's home. A failure the
 // guest can handle is an *abi.CallError with the status and message the
-// same failure has over HTTP; ctx ending (this handler's budget) is not.
+// same failure has over HTTP, its names as the guest's tenant writes
+// them; ctx ending (this handler's budget) is not.
 func (h *objectHost) Call(ctx context.Context, req abi.CallRequest) ([]byte, error) {
 	reply, err := h.call(ctx, req)
 	if err != nil && ctx.Err() == nil {
 		var ce *abi.CallError
 		if !errors.As(err, &ce) {
-			err = &abi.CallError{Status: api.Status(err), Message: api.Message(err, h.o.env.budget)}
+			who := principal{Tenant: tenancy.TenantOf(h.o.id.Program)}
+			err = &abi.CallError{Status: api.Status(err), Message: who.Strip(api.Message(err, h.o.env.budget))}
 		}
 	}
 	return reply, err

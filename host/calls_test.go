@@ -206,6 +206,9 @@ func TestCallsIdempotencyKeyOverHTTP(t *testing.T) {
 	}
 }
 
+// conformance: D15 D17 (the window the seed leaves to handler-side
+// idempotence: an effect outside the follower's transaction)
+//
 // A receive handler that calls a third object and then fails (its own
 // transaction rolls back after the callee committed) is delivered the
 // event again; its call carries the key derived from the event, so the

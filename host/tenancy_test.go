@@ -578,6 +578,11 @@ func TestCrossTenantObjectCallRefused(t *testing.T) {
 	if string(r.body) != "ok 1" {
 		t.Fatalf("b's object calls b's own ledger/x: HTTP %d %s", r.status, r.body)
 	}
+	// Its errors name its objects as it names them.
+	r = as(t, n, b, http.MethodPost, "/v1/objects/ledger/b/call", []byte(callPayload("ledger/b", "total", "", "", "")))
+	if want := "error 508 object call refused: call cycle ledger/b → ledger/b"; !strings.HasPrefix(string(r.body), want) {
+		t.Fatalf("b's object calls itself: HTTP %d %s, want %s…", r.status, r.body, want)
+	}
 	req, _ := http.NewRequest(http.MethodPost, n.URL()+"/v1/objects/acme.ledger/x/add", strings.NewReader("b's"))
 	req.Header.Set("Authorization", "Bearer "+b)
 	req.Header.Set("Idempotency-Key", "k2")
