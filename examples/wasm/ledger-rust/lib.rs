@@ -83,7 +83,7 @@ fn register(p: &mut Program) {
         Ok(b"first".to_vec())
     });
     p.on_receive(|e| -> Result<()> {
-        let f = fields(&e.payload, 3);
+        let f = fields(&e.payload, 4);
         host_sdk::call(&f[0], "add", f[1].as_bytes())?;
         if !f[2].is_empty() {
             let mut key = [0u8; 8];
@@ -92,6 +92,9 @@ fn register(p: &mut Program) {
             if host_sdk::call_with_key(&f[2], "once", b"", &hex)? == b"first" {
                 return host_sdk::fail("gate closed: first attempt");
             }
+        }
+        if let Ok(ms) = f[3].parse::<i64>() {
+            spin(ms);
         }
         host_sdk::put_int("received", host_sdk::get_int("received") + 1)
     });

@@ -21,12 +21,14 @@
 //   - follow PUBLISHER: follows PUBLISHER's "jobs".
 //   - once: "first" the first time, "again" after.
 //
-// Its receive handler reads TARGET\nENTRY\nGATE from each event: it adds
-// ENTRY to TARGET, then, with a GATE, calls the gate's once (with a key
-// of its own, so it is not answered from a record) and fails if that
+// Its receive handler reads TARGET\nENTRY\nGATE\nSPIN from each event: it
+// adds ENTRY to TARGET, then, with a GATE, calls the gate's once (with a
+// key of its own, so it is not answered from a record) and fails if that
 // says "first": the handler fails after its call has committed, and the
 // event comes again. The add's key, derived from the event, makes the
 // second delivery's add answer from the record instead of adding twice.
+// With a SPIN it is then busy that many milliseconds before it commits (a
+// window to kill the node in).
 package main
 
 import (
@@ -93,8 +95,8 @@ func init() {
 		return []byte("first"), nil
 	})
 	sdk.OnReceive(func(e sdk.Event) error {
-		f := strings.SplitN(string(e.Payload), "\n", 3)
-		for len(f) < 3 {
+		f := strings.SplitN(string(e.Payload), "\n", 4)
+		for len(f) < 4 {
 			f = append(f, "")
 		}
 		if _, err := sdk.Call(f[0], "add", []byte(f[1])); err != nil {
@@ -110,6 +112,9 @@ func init() {
 			if string(r) == "first" {
 				return errors.New("gate closed: first attempt")
 			}
+		}
+		if ms, err := strconv.ParseInt(f[3], 10, 64); err == nil {
+			spin(ms)
 		}
 		sdk.PutInt("received", sdk.GetInt("received")+1)
 		return nil
