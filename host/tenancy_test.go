@@ -629,3 +629,17 @@ func TestCallRecordsCountTowardObjectStorage(t *testing.T) {
 	}
 	wantStatus(t, as(t, n, a, http.MethodPost, "/v1/objects/ledger/l/total", nil), http.StatusOK, "an unkeyed call on the full object")
 }
+
+// TestObjectCallRunsOnItsCallersSlot: with one handler slot, an object's
+// call of another object of its tenant runs on the slot its caller holds,
+// instead of waiting for it until the budget ends.
+func TestObjectCallRunsOnItsCallersSlot(t *testing.T) {
+	t.Parallel()
+	n, op := authNode(t, func(c *host.Config) { c.VM.Budget = 2 * time.Second })
+	a := mkTenant(t, n, op, "acme", `{"concurrency":1}`)
+	wantStatus(t, tenantUpload(t, n, a, "ledger", "ledger"), http.StatusCreated, "a uploads ledger")
+	r := as(t, n, a, http.MethodPost, "/v1/objects/ledger/a/call", []byte(callPayload("ledger/b", "call", "", "", callPayload("ledger/c", "add", "", "", "x"))))
+	if r.status != http.StatusOK || string(r.body) != "ok ok 1" {
+		t.Fatalf("a → b → c on one slot: HTTP %d %s", r.status, r.body)
+	}
+}
