@@ -120,7 +120,6 @@ func (h *objectHost) call(ctx context.Context, req abi.CallRequest) ([]byte, err
 		// another call.
 		key = "call:" + self + ":" + key
 	}
-	ctx = context.WithValue(ctx, chainKey{}, chain)
 	return h.o.env.call(ctx, target, callRequest{Method: req.Method, Payload: req.Payload, Key: key, Chain: chain})
 }
 
