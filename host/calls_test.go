@@ -67,10 +67,22 @@ func testCallsSameNodeAndAcross(t *testing.T, c0, c1 *hclient.Client, prog strin
 		}
 		if got := dcall(t, c1, target, "entries", ""); got != "x\nz\n" {
 			t.Fatalf("%s's entries %q, want x and z: the callee's effect stays when its caller fails", target, got)
+		}		// A key of the caller's own: the repeat is answered from the
+		// callee's record; the key with another payload is refused.
+		for range 2 {
+			if got := dcall(t, c0, l("a"), "call", callPayload(target, "add", "k\r1", "", "y")); got != "ok 3" {
+				t.Fatalf("a calls %s with a key: %q", target, got)
+			}
+		}
+		got = dcall(t, c0, l("a"), "call", callPayload(target, "add", "k\r1", "", "other"))
+		if !strings.HasPrefix(got, "error 422 idempotency key reused with another request: key \"k\\r1\" was first used") {
+			t.Fatalf("a reuses its key with %s: %q", target, got)
+		}
+		if got := dcall(t, c1, target, "entries", ""); got != "x\nz\ny\n" {
+			t.Fatalf("%s's entries %q after keyed calls", target, got)
 		}
 	}
-	// Four calls committed at a; the two that failed after their call
-	// rolled back.
+	// The calls that failed after their call rolled back.
 	if got := dcall(t, c1, l("a"), "total", ""); got != "0" {
 		t.Fatalf("a's own total %q", got)
 	}
