@@ -47,10 +47,11 @@ package abi
 import "errors"
 
 // Version is the ABI version a guest reports through ExportVersion. The host
-// refuses modules that report another version. The alarm imports and export
-// did not raise it: a guest that sets no alarm imports none of them and runs
-// on a host from before them (which ignores an export it does not know), and
-// one that does is refused there at upload, naming the import it lacks.
+// refuses modules that report another version. The alarm imports and export,
+// and object_call, did not raise it: a guest that uses none of them imports
+// none and runs on a host from before them (which ignores an export it does
+// not know), and one that does is refused there at upload, naming the
+// import it lacks.
 const Version = 1
 
 // ImportModule is the module name of every host function.
@@ -137,7 +138,23 @@ const (
 	// alarm_delete() -> i32 status: cancel the pending alarm, in the
 	// handler's transaction.
 	ImportAlarmDelete = "alarm_delete"
+	// object_call(request_ptr, request_len i32) -> i32: run a method of
+	// another object on its home, in that object's own transaction, and
+	// wait for it. The request is an encoded CallRequest. It returns the
+	// reply's length, pending for result_read, or StatusError with an
+	// encoded CallError pending (result_len, result_read): the failure's
+	// HTTP status and message. The callee commits on its own: the
+	// caller's later failure does not undo it. A call to an object
+	// already in the chain of calls that led here, or past MaxCallDepth
+	// objects, fails at once; the callee runs at most until the caller's
+	// budget ends.
+	ImportCall = "object_call"
 )
+
+// MaxCallDepth bounds a chain of object calls: a call that would make
+// more than this many objects wait on each other fails at once (HTTP
+// status 508).
+const MaxCallDepth = 8
 
 // Status codes returned by exports and host functions. Non-negative lengths
 // are returned where a function produces bytes, so statuses are negative,
@@ -185,6 +202,11 @@ const (
 	MaxMethodLen  = 256
 	// MaxFollowRequestLen bounds an encoded follow request (StatusTooLarge).
 	MaxFollowRequestLen = 64 << 10
+	// MaxCallRequestLen bounds an encoded call request: the payload's
+	// limit and room for the target, method and key.
+	MaxCallRequestLen = MaxPayloadLen + 4<<10
+	// MaxIdempotencyKeyLen bounds a call's idempotency key.
+	MaxIdempotencyKeyLen = 256
 	// MaxLogLen: log lines are truncated to this many bytes.
 	MaxLogLen = 16 << 10
 	// MaxRandomLen: one random_fill may ask for at most this many bytes;

@@ -49,6 +49,63 @@ type FollowRequest struct {
 	Params    []byte // what the follower presents (a room key, a token ...)
 }
 
+// CallRequest is an object's call of another object's method
+// (ImportCall).
+type CallRequest struct {
+	Target string // "program/id" of the callee, in the caller's tenant
+	Method string
+	// Key, when set, makes the call once in effect: the callee records
+	// it with the reply, and a call with a key already recorded gets that
+	// reply without the method running again. Empty in a receive handler
+	// means a key derived from the event and the call's index in the
+	// handler.
+	Key     string
+	Payload []byte
+}
+
+// CallError is a failed object call as the caller sees it: the HTTP
+// status the same failure has over the API (422 the callee's own error,
+// 404 no such object or method, 508 a cycle or a chain too deep, 504 out
+// of budget, 503 unavailable ...) and its message.
+type CallError struct {
+	Status  int
+	Message string
+}
+
+func (e *CallError) Error() string { return e.Message }
+
+// AppendCallRequest appends r's encoding to dst.
+func AppendCallRequest(dst []byte, r *CallRequest) []byte {
+	dst = appendBytes(dst, r.Target)
+	dst = appendBytes(dst, r.Method)
+	dst = appendBytes(dst, r.Key)
+	return appendBytes(dst, r.Payload)
+}
+
+// DecodeCallRequest decodes a call request. Payload aliases b.
+func DecodeCallRequest(b []byte) (CallRequest, error) {
+	var r CallRequest
+	d := NewReader(b)
+	r.Target = d.String()
+	r.Method = d.String()
+	r.Key = d.String()
+	r.Payload = d.Bytes()
+	return r, d.Done()
+}
+
+// AppendCallError appends e's encoding to dst.
+func AppendCallError(dst []byte, e *CallError) []byte {
+	dst = binary.AppendUvarint(dst, uint64(e.Status))
+	return appendBytes(dst, e.Message)
+}
+
+// DecodeCallError decodes a call error.
+func DecodeCallError(b []byte) (CallError, error) {
+	d := NewReader(b)
+	e := CallError{Status: int(d.Uvarint()), Message: d.String()}
+	return e, d.Done()
+}
+
 // Pair is one key/value of a state scan.
 type Pair struct {
 	Key, Value []byte

@@ -23,6 +23,16 @@ func TestEncodingsRoundTrip(t *testing.T) {
 	if err != nil || len(gp) != 2 || string(gp[0].Key) != "a" || string(gp[1].Key) != "b" {
 		t.Fatalf("pairs %+v %v", gp, err)
 	}
+	c := abi.CallRequest{Target: "inventory/sku42", Method: "reserve", Key: "order-7", Payload: []byte(`{"n":1}`)}
+	gc, err := abi.DecodeCallRequest(abi.AppendCallRequest(nil, &c))
+	if err != nil || !reflect.DeepEqual(gc, c) {
+		t.Fatalf("call request %+v %v", gc, err)
+	}
+	ce := abi.CallError{Status: 508, Message: "call cycle"}
+	gce, err := abi.DecodeCallError(abi.AppendCallError(nil, &ce))
+	if err != nil || gce != ce {
+		t.Fatalf("call error %+v %v", gce, err)
+	}
 	enc := abi.AppendEvent(nil, &e)
 	for i := 0; i < len(enc); i++ {
 		if _, err := abi.DecodeEvent(enc[:i]); err == nil {

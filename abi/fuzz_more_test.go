@@ -106,3 +106,23 @@ func FuzzReader(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeCallRequest: a call request a guest hands the host decodes
+// without panicking, or not at all; what decodes survives a round trip.
+func FuzzDecodeCallRequest(f *testing.F) {
+	f.Add(abi.AppendCallRequest(nil, &abi.CallRequest{Target: "inventory/sku42", Method: "reserve", Key: "k", Payload: []byte("{}")}))
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0x0f})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := abi.DecodeCallRequest(b)
+		if err != nil {
+			return
+		}
+		if n := len(r.Target) + len(r.Method) + len(r.Key) + len(r.Payload); n > len(b) {
+			t.Fatalf("%d bytes decoded into %d", len(b), n)
+		}
+		again, err := abi.DecodeCallRequest(abi.AppendCallRequest(nil, &r))
+		if err != nil || again.Target != r.Target || again.Method != r.Method || again.Key != r.Key || string(again.Payload) != string(r.Payload) {
+			t.Fatalf("call request does not survive a round trip: %+v → %+v %v", r, again, err)
+		}
+	})
+}

@@ -61,24 +61,26 @@ func (o *object) timeMethod(method string, d time.Duration) {
 // callHandler runs a method's handler, timing it.
 func (o *object) callHandler(h *objectHost, method string, payload []byte) ([]byte, error) {
 	began := time.Now()
+	h.method = method
 	reply, err := o.inst.Call(h, method, payload)
 	o.timeMethod(method, time.Since(began))
 	return reply, err
 }
 
-// batchable reports whether method is known to be quick on this object.
+// batchable reports whether method is known to be quick on this object
+// and to call no other object: a call that waits for another object
+// (another node, perhaps) would hold its batch's replies behind it.
 func (o *object) batchable(method string) bool {
 	d, ok := o.methodTimes[method]
-	return ok && d < o.env.batchedCall
+	return ok && d < o.env.batchedCall && !o.callsOut[method]
 }
 
 // pendingCall is a call waiting at its object for a batch.
 type pendingCall struct {
-	ctx     context.Context
-	method  string
-	payload []byte
-	reply   []byte
-	err     error
+	ctx   context.Context
+	req   *callRequest
+	reply []byte
+	err   error
 	// taken is set (under the object's qmu) while a batch holds the
 	// call: its caller cannot withdraw it then. A batch that gives it
 	// back unrun clears it.
@@ -90,8 +92,8 @@ type pendingCall struct {
 // transaction holding it committed. The caller that takes the object's
 // lock runs the queued calls in batches until its own is done; the others
 // wait for theirs.
-func (o *object) submit(ctx context.Context, method string, payload []byte) ([]byte, error) {
-	pc := &pendingCall{ctx: ctx, method: method, payload: payload, done: make(chan struct{})}
+func (o *object) submit(ctx context.Context, req *callRequest) ([]byte, error) {
+	pc := &pendingCall{ctx: ctx, req: req, done: make(chan struct{})}
 	o.qmu.Lock()
 	o.queue = append(o.queue, pc)
 	o.qmu.Unlock()
@@ -203,7 +205,7 @@ func (o *object) runBatch(batch []*pendingCall) {
 			o.answer(batch, start)
 			return
 		}
-		pc.reply, pc.err = o.call(pc.ctx, pc.method, pc.payload)
+		pc.reply, pc.err = o.call(pc.ctx, pc.req)
 		if pc.err == nil {
 			o.env.metrics.batchCalls.Observe(1)
 		}
@@ -249,7 +251,7 @@ func (o *object) runGroup(batch []*pendingCall, start time.Time) []*pendingCall 
 	}
 	committed := 0
 	for i, pc := range batch {
-		if i > 0 && (time.Since(start) >= o.env.batchTime || tx.Ops() >= maxBatchChanges || !o.batchable(pc.method)) {
+		if i > 0 && (time.Since(start) >= o.env.batchTime || tx.Ops() >= maxBatchChanges || !o.batchable(pc.req.Method) || o.callsOut[batch[0].req.Method]) {
 			batch = batch[:i]
 			break
 		}
@@ -262,9 +264,9 @@ func (o *object) runGroup(batch []*pendingCall, start time.Time) []*pendingCall 
 			err = o.ready(pc.ctx) // a call before broke the instance
 		}
 		if err == nil {
-			err = o.runHandler(tx, tu, func(h *objectHost) error {
+			err = o.runHandler(pc.ctx, tx, tu, func(h *objectHost) error {
 				var err error
-				pc.reply, err = o.callHandler(h, pc.method, pc.payload)
+				pc.reply, err = o.callOnce(h, pc.req)
 				return err
 			})
 		}

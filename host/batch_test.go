@@ -297,3 +297,43 @@ func TestGroupCommitSlowCallDoesNotHoldBackTheBatch(t *testing.T) {
 		t.Fatalf("the quick call was answered %v after the object was free, the slow call behind it %v: it waited for the slow one", took, loopTook)
 	}
 }
+
+// A method seen calling another object does not join a batch: the quick
+// call queued before it is answered without waiting for its callee, even
+// with every method counted quick.
+func TestGroupCommitCallingMethodRunsInABatchOfItsOwn(t *testing.T) {
+	t.Parallel()
+	n, _ := hosttest.Start(t, hosttest.Options{Programs: []string{"ledger"}})
+	ctx := context.Background()
+	id := host.ObjectID{Program: "ledger", ID: "caller"}
+	for _, m := range []struct{ method, payload string }{{"total", ""}, {"call", callPayload("ledger/callee", "total", "", "", "")}} {
+		if _, err := n.Call(ctx, id, m.method, []byte(m.payload)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	release := host.HoldObjectBatching(t, n, id, time.Hour)
+	quick := make(chan error, 1)
+	go func() {
+		_, err := n.Call(ctx, id, "total", nil)
+		quick <- err
+	}()
+	waitUntil(t, "the quick call queued", 10*time.Second, func() bool { return host.QueuedCalls(n, id) == 1 })
+	calling := make(chan error, 1)
+	go func() {
+		_, err := n.Call(ctx, id, "call", []byte(callPayload("ledger/callee", "spin", "", "", "1000")))
+		calling <- err
+	}()
+	waitUntil(t, "the calling call queued", 10*time.Second, func() bool { return host.QueuedCalls(n, id) == 2 })
+	released := time.Now()
+	release()
+	if err := <-quick; err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(released)
+	if err := <-calling; err != nil {
+		t.Fatal(err)
+	}
+	if callTook := time.Since(released); took > callTook/2 {
+		t.Fatalf("the quick call was answered %v after the object was free, the calling one behind it %v: it waited for the callee", took, callTook)
+	}
+}

@@ -256,6 +256,9 @@ func (o *object) receiveOne(ctx context.Context, topic string, ev *abi.Event) er
 		if ev.Seq <= cur {
 			return errAlreadyDone // redelivery skips
 		}
+		// Calls it makes are keyed by the event: a redelivery repeats
+		// none of their effects.
+		h.event, h.topic = ev, topic
 		if err := o.inst.Receive(h, ev); err != nil {
 			return err
 		}

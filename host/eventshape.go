@@ -198,5 +198,9 @@ func (statelessHost) Alarm(context.Context) (time.Time, bool, error) {
 }
 func (statelessHost) DeleteAlarm(context.Context) error { return stateless("alarm delete") }
 func (statelessHost) Now() time.Time                    { return time.Now() }
-func (h statelessHost) Self() string                    { return h.self }
-func (h statelessHost) Log(level int32, msg string)     { guestLog(h.log, h.self, level, msg) }
+func (statelessHost) Deadline() time.Time               { return time.Time{} }
+func (statelessHost) Call(context.Context, abi.CallRequest) ([]byte, error) {
+	return nil, stateless("object call")
+}
+func (h statelessHost) Self() string                { return h.self }
+func (h statelessHost) Log(level int32, msg string) { guestLog(h.log, h.self, level, msg) }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -177,6 +178,13 @@ func encode(m *nats.Msg, v any) error {
 		m.Data = []byte(v)
 	case callRequest:
 		m.Header.Set(hdrMethod, v.Method)
+		if v.Key != "" {
+			// Quoted: a guest's key may hold any byte, a line break too.
+			m.Header.Set(hdrKey, strconv.Quote(v.Key))
+		}
+		if len(v.Chain) > 0 {
+			m.Header.Set(hdrChain, strings.Join(v.Chain, ","))
+		}
 		m.Data = v.Payload
 	case followRequest:
 		m.Header.Set(hdrArg, v.Node)
@@ -211,6 +219,15 @@ func decode(m *nats.Msg, v any) error {
 		*v = string(m.Data)
 	case *callRequest:
 		*v = callRequest{Method: m.Header.Get(hdrMethod), Payload: m.Data}
+		if k := m.Header.Get(hdrKey); k != "" {
+			if v.Key, err = strconv.Unquote(k); err != nil {
+				return err
+			}
+		}
+		if c := m.Header.Get(hdrChain); c != "" {
+			// Object names hold no commas.
+			v.Chain = strings.Split(c, ",")
+		}
 	case *followRequest:
 		v.Node = m.Header.Get(hdrArg)
 		v.FollowRequest, err = abi.DecodeFollowRequest(m.Data)
@@ -273,6 +290,8 @@ const (
 	codeNotFound          = "not_found"
 	codeConflict          = "conflict"
 	codeShuttingDown      = "shutting_down"
+	codeCallCycle         = "call_cycle"
+	codeKeyReused         = "key_reused"
 	codeOther             = "error"
 )
 
@@ -282,6 +301,7 @@ var codeErrors = map[string]error{
 	codeObjectUnavailable: ErrObjectUnavailable, codeUnavailable: ErrUnavailable,
 	codeUnknownProgram: ErrUnknownProgram, codeUnknownObject: ErrUnknownObject,
 	codeNotFound: ErrNotFound, codeConflict: ErrConflict, codeShuttingDown: ErrShuttingDown,
+	codeCallCycle: ErrCallCycle, codeKeyReused: ErrKeyReused,
 }
 
 // codeOf is the code an error crosses with.
@@ -290,7 +310,7 @@ func codeOf(err error) string {
 	if errors.As(err, &re) {
 		return codeRefused
 	}
-	for _, c := range []string{codeNotHome, codeObjectUnavailable, codeShuttingDown, codeUnknownProgram,
+	for _, c := range []string{codeNotHome, codeObjectUnavailable, codeShuttingDown, codeCallCycle, codeKeyReused, codeUnknownProgram,
 		codeUnknownObject, codeBadRequest, codeTooLarge, codeNotFound, codeConflict, codeUnavailable} {
 		if errors.Is(err, codeErrors[c]) {
 			return c
@@ -315,6 +335,8 @@ const (
 	hdrTimeout = "Timeout"
 	hdrObject  = "Object"
 	hdrMethod  = "Method" // a call's method
+	hdrKey     = "Key"    // a call's idempotency key
+	hdrChain   = "Chain"  // the objects waiting for a call
 	hdrArg     = "Arg"    // a follow's follower node
 )
 

@@ -92,6 +92,7 @@ func TestInternodeCodecRoundTrip(t *testing.T) {
 	echo(t, n, int64(-7))
 	echo(t, n, true)
 	echo(t, n, callRequest{Method: "inc", Payload: []byte{0, 0xff}})
+	echo(t, n, callRequest{Method: "add", Payload: []byte("x"), Key: "call:ledger/a:key:k\xff\r\nStatus: 200", Chain: []string{"acme.ledger/a", "acme.ledger/b-1.x"}})
 	echo(t, n, followRequest{FollowRequest: abi.FollowRequest{Publisher: "chat/r", Topic: "t\xff", Filter: "a=1",
 		Kind: abi.FollowerObject, Follower: "tally/t1", Tenant: "acme", Params: []byte{0, 'k'}}, Node: "n-abc"})
 	echo(t, n, abi.FollowRequest{Kind: abi.FollowerConnection, Follower: "n-1.7", Topic: "t\xff", Params: []byte("key")})

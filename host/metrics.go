@@ -29,6 +29,7 @@ type metrics struct {
 	retries      prometheus.Counter
 	dropped      prometheus.Counter
 	received     prometheus.Counter
+	callRepeats  prometheus.Counter
 	streamEvents prometheus.Counter
 	materialized prometheus.Counter
 	readPath     *prometheus.CounterVec // tier
@@ -74,6 +75,7 @@ func newMetrics() *metrics {
 	m.retries = prometheus.NewCounter(prometheus.CounterOpts{Name: "host_delivery_retries_total", Help: "Failed durable deliveries scheduled for retry."})
 	m.dropped = prometheus.NewCounter(prometheus.CounterOpts{Name: "host_edges_dropped_total", Help: "Object edges dropped after the last failed attempt."})
 	m.received = prometheus.NewCounter(prometheus.CounterOpts{Name: "host_receive_commits_total", Help: "Receive handlers committed on followers."})
+	m.callRepeats = prometheus.NewCounter(prometheus.CounterOpts{Name: "host_call_repeats_total", Help: "Calls answered from an idempotency key's record instead of running the method again."})
 	m.materialized = prometheus.NewCounter(prometheus.CounterOpts{Name: "host_ranges_materialized_total", Help: "Ranged deliveries read through the read path."})
 	m.readPath = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "host_read_path_total", Help: "Ranged deliveries by the read path's tier that served them: own (this node's file or copy), holder (the publisher's home), shipped (the change stream).",
@@ -97,7 +99,7 @@ func newMetrics() *metrics {
 	})
 	m.reg.MustRegister(m.remoteCalls, m.remoteBytes, m.readPath, m.alarms, m.alarmDelay)
 	m.reg.MustRegister(calls, m.callSecs, m.batchCalls, m.deliveries, m.deliveredEvs, m.pruned, m.retries, m.dropped,
-		m.received, m.materialized, m.followHooks, m.eventCalls, m.conns, m.streamEvents,
+		m.received, m.callRepeats, m.materialized, m.followHooks, m.eventCalls, m.conns, m.streamEvents,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

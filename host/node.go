@@ -23,8 +23,10 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/nats-io/nats.go"
 
@@ -98,6 +100,14 @@ type Config struct {
 	// objects are namespaced by tenant, and tenant limits apply. The first
 	// start writes the operator token to DATA/admin.token.
 	Auth bool
+	// CallRecordAge is how long an object keeps the record of a call
+	// made with an idempotency key (a client's Idempotency-Key, an
+	// object's call from a receive handler or with its own key): a repeat
+	// within it gets the recorded reply, a later one runs again.
+	CallRecordAge time.Duration
+	// CallRecords bounds the records one object keeps; the oldest go
+	// first. They count toward the object's storage.
+	CallRecords int
 	// TenantLimits are the limits of a tenant whose record does not set its
 	// own.
 	TenantLimits Limits
@@ -134,6 +144,8 @@ func DefaultConfig() Config {
 		Replicas:         ReplicasAuto,
 		ReplicaAck:       ReplicaSync,
 		SnapshotEvery:    DefaultSnapshotEvery,
+		CallRecordAge:    DefaultCallRecordAge,
+		CallRecords:      DefaultCallRecords,
 		TenantLimits:     DefaultTenantLimits(),
 		Logger:           slog.Default(),
 	}
@@ -159,6 +171,12 @@ func (c Config) Validate() error {
 	}
 	if c.MaxBatch < 1 {
 		errs = append(errs, fmt.Errorf("max batch must be at least 1 (1: a commit per call), not %d", c.MaxBatch))
+	}
+	if c.CallRecordAge <= 0 {
+		errs = append(errs, fmt.Errorf("call record age must be positive, not %v", c.CallRecordAge))
+	}
+	if c.CallRecords < 1 {
+		errs = append(errs, fmt.Errorf("call records must be at least 1, not %d", c.CallRecords))
 	}
 	if c.Replicas < ReplicasAuto {
 		errs = append(errs, fmt.Errorf("replicas must be 0 or more (or %d for the default), not %d", ReplicasAuto, c.Replicas))
@@ -380,6 +398,7 @@ func (n *Node) open(ctx context.Context) error {
 		usage: n.usage, metrics: n.metrics, log: n.log,
 		hint: n.hintCommitted, kick: n.kick, follows: n, maxBatch: cfg.MaxBatch, batchTime: maxBatchTime, batchedCall: maxBatchedCall,
 		now: cfg.Delivery.Clock.Now, alarmFileChanged: n.alarmFileChanged, alarmRetry: n.alarms.schedule,
+		call: n.call, budget: cfg.VM.Budget, callRecordAge: cfg.CallRecordAge, callRecords: cfg.CallRecords,
 	}, cfg.MaxActiveObjects, cfg.IdleTimeout)
 	n.shaper = newShaper(n.programs, n.engine, n.usage, n.metrics, n.log)
 	var topics *topicSubs // the subject fan-out baseline only
@@ -668,26 +687,42 @@ func (n *Node) Program(ctx context.Context, name string) (client.Program, error)
 // objects run in parallel. A call reaching a node that is not the object's
 // home is forwarded there.
 func (n *Node) Call(ctx context.Context, id ObjectID, method string, payload []byte) ([]byte, error) {
+	return n.call(ctx, id, callRequest{Method: method, Payload: payload})
+}
+
+// call runs req on id's home, a client's call or an object's.
+func (n *Node) call(ctx context.Context, id ObjectID, req callRequest) ([]byte, error) {
 	if err := id.Validate(); err != nil {
 		return nil, err
 	}
-	if len(payload) > n.cfg.MaxPayload {
-		return nil, fmt.Errorf("%w: payload is %d bytes, the limit is %d", ErrTooLarge, len(payload), n.cfg.MaxPayload)
+	if len(req.Payload) > n.cfg.MaxPayload {
+		return nil, fmt.Errorf("%w: payload is %d bytes, the limit is %d", ErrTooLarge, len(req.Payload), n.cfg.MaxPayload)
+	}
+	// The method crosses to another node in a header, where a line break
+	// would end it (a guest's method name, or a client's %0A).
+	if strings.ContainsFunc(req.Method, unicode.IsControl) {
+		return nil, fmt.Errorf("%w: method name %q has a control character", ErrBadRequest, names.Clip(req.Method))
 	}
 	if _, err := n.programs.latest(ctx, id.Program); err != nil {
 		return nil, err
 	}
-	return opCall.onHome(ctx, n, id, callRequest{Method: method, Payload: payload})
+	return opCall.onHome(ctx, n, id, req)
 }
 
 // opCall runs a method call on the object's home.
 var opCall = objectOp("call", 0, (*Node).callLocal)
 
 // callRequest is a call as it crosses to the home: the payload is the
-// body as is, the method a header.
+// body as is, the rest headers.
 type callRequest struct {
 	Method  string
 	Payload []byte
+	// Key is the idempotency key as the callee records it, scoped by who
+	// gave it ("http:K", "call:OBJECT:..."); "" for none.
+	Key string
+	// Chain lists the objects waiting for this call, the first caller
+	// first; empty for a client's call.
+	Chain []string
 }
 
 // callLocal runs a call on this node, the object's home.
@@ -695,12 +730,19 @@ func (n *Node) callLocal(ctx context.Context, id ObjectID, req callRequest) ([]b
 	if !n.cluster.LeaseValid() {
 		return nil, fmt.Errorf("%w: this node's lease is not current", ErrUnavailable)
 	}
+	if len(req.Chain) > 0 {
+		// An object's call: the callee runs on its caller's tenant slot
+		// (a chain holds one, or a tenant at its limit would wait for
+		// itself) and no longer than its caller waits, the request's
+		// deadline.
+		ctx = tenancy.HoldingSlot(context.WithValue(ctx, chainKey{}, req.Chain), tenancy.TenantOf(id.Program))
+	}
 	o, err := n.objects.acquire(id)
 	if err != nil {
 		return nil, err
 	}
 	defer n.objects.release(o)
-	reply, err := o.submit(ctx, req.Method, req.Payload)
+	reply, err := o.submit(ctx, &req)
 	if errors.Is(err, errDeactivated) {
 		err = ErrShuttingDown
 	}

@@ -56,6 +56,12 @@ type object struct {
 	// methodTimes is each method's recent handler time here (guarded by
 	// the object's lock): a slow method does not join a batch.
 	methodTimes map[string]time.Duration
+	// callsOut holds the methods seen calling another object here
+	// (guarded by the object's lock): they run in batches of their own.
+	callsOut map[string]bool
+	// recorded counts the calls recorded with an idempotency key since
+	// activation (guarded by the object's lock), for pruning.
+	recorded int
 
 	// qmu guards queue: the calls waiting for a batch, in arrival order.
 	qmu   sync.Mutex
@@ -109,6 +115,15 @@ type objectEnv struct {
 	// an object's alarm again at a time.
 	alarmFileChanged func(ObjectID, *store.File)
 	alarmRetry       func(ObjectID, time.Time)
+	// call runs an object's call of another object on its home: the
+	// node's call.
+	call func(ctx context.Context, id ObjectID, req callRequest) ([]byte, error)
+	// budget is the handler budget, for error messages.
+	budget time.Duration
+	// callRecordAge and callRecords bound the recorded calls of an
+	// object.
+	callRecordAge time.Duration
+	callRecords   int
 }
 
 // follows makes and undoes a follower's edges at the publisher's home,
@@ -463,7 +478,7 @@ func (o *object) handle(ctx context.Context, run func(h *objectHost) error) erro
 	if err != nil {
 		return err
 	}
-	if err := o.runHandler(tx, tu, run); err != nil {
+	if err := o.runHandler(ctx, tx, tu, run); err != nil {
 		tx.Rollback()
 		return o.storageErr(tu, err)
 	}
@@ -487,12 +502,20 @@ func (o *object) begin(ctx context.Context, tu *tenancy.Use) (*store.Tx, error) 
 // publish rate), which wins whatever the guest made of it. A broken
 // instance is dropped (the next handler makes a new one). The caller rolls
 // back on an error.
-func (o *object) runHandler(tx *store.Tx, tu *tenancy.Use, run func(h *objectHost) error) error {
+func (o *object) runHandler(ctx context.Context, tx *store.Tx, tu *tenancy.Use, run func(h *objectHost) error) error {
 	before := tx.Published()
-	h := &objectHost{o: o, tx: tx}
+	h := &objectHost{o: o, tx: tx, ctx: ctx}
 	err := run(h)
 	if o.inst.Broken() {
 		o.dropInstance()
+	}
+	if h.calledOut && h.method != "" {
+		if o.callsOut == nil {
+			o.callsOut = map[string]bool{}
+		}
+		if len(o.callsOut) < maxTimedMethods {
+			o.callsOut[h.method] = true
+		}
 	}
 	if h.err != nil {
 		err = h.err
@@ -544,11 +567,11 @@ func (o *object) storageErr(tu *tenancy.Use, err error) error {
 }
 
 // call runs one method as one transaction. Called locked.
-func (o *object) call(ctx context.Context, method string, payload []byte) ([]byte, error) {
+func (o *object) call(ctx context.Context, req *callRequest) ([]byte, error) {
 	var reply []byte
 	err := o.handle(ctx, func(h *objectHost) error {
 		var err error
-		reply, err = o.callHandler(h, method, payload)
+		reply, err = o.callOnce(h, req)
 		return err
 	})
 	if err != nil {
@@ -594,6 +617,18 @@ type objectHost struct {
 	o   *object
 	tx  *store.Tx
 	err error // a failure the guest cannot see (storage), fails the call
+	// ctx is the handler's call's: its chain when an object called, and
+	// the deadline that comes with it.
+	ctx context.Context
+	// method is the running method ("" for other handlers); event and
+	// topic the event a receive handler runs for, which keys its calls.
+	method string
+	event  *abi.Event
+	topic  string
+	// calls counts the object calls the handler made; calledOut is set
+	// by the first.
+	calls     int
+	calledOut bool
 
 	published, publishedBytes int64
 	// alarmWritten: the handler set or deleted the alarm.

@@ -558,3 +558,92 @@ func TestTenantLimits(t *testing.T) {
 		t.Logf("busy tenant's loops ended after %v and %v; the calm tenant made %d calls meanwhile", took[0], took[1], calls)
 	})
 }
+
+// TestCrossTenantObjectCallRefused: an object's call of another tenant's
+// object is refused as a client of its tenant is (404, naming nothing of
+// the other tenant), with or without an idempotency key, while its own
+// tenant's objects answer; a foreign request's Idempotency-Key gets no
+// further either.
+func TestCrossTenantObjectCallRefused(t *testing.T) {
+	t.Parallel()
+	n, op := authNode(t, nil)
+	a := mkTenant(t, n, op, "acme", "")
+	b := mkTenant(t, n, op, "bob", "")
+	wantStatus(t, tenantUpload(t, n, a, "ledger", "ledger"), http.StatusCreated, "a uploads ledger")
+	wantStatus(t, tenantUpload(t, n, b, "ledger", "ledger"), http.StatusCreated, "b uploads ledger")
+	wantStatus(t, as(t, n, a, http.MethodPost, "/v1/objects/ledger/x/add", []byte("a's")), http.StatusOK, "a adds")
+	for _, key := range []string{"", "k1"} {
+		r := as(t, n, b, http.MethodPost, "/v1/objects/ledger/b/call", []byte(callPayload("acme.ledger/x", "add", key, "", "b's")))
+		if r.status != http.StatusOK || !strings.HasPrefix(string(r.body), "error 404 unknown program") {
+			t.Fatalf("b's object calls a's (key %q): HTTP %d %s", key, r.status, r.body)
+		}
+	}
+	r := as(t, n, b, http.MethodPost, "/v1/objects/ledger/b/call", []byte(callPayload("ledger/x", "add", "", "", "b's")))
+	if string(r.body) != "ok 1" {
+		t.Fatalf("b's object calls b's own ledger/x: HTTP %d %s", r.status, r.body)
+	}
+	// Its errors name its objects as it names them.
+	r = as(t, n, b, http.MethodPost, "/v1/objects/ledger/b/call", []byte(callPayload("ledger/b", "total", "", "", "")))
+	if want := "error 508 object call refused: call cycle ledger/b → ledger/b"; !strings.HasPrefix(string(r.body), want) {
+		t.Fatalf("b's object calls itself: HTTP %d %s, want %s…", r.status, r.body, want)
+	}
+	req, _ := http.NewRequest(http.MethodPost, n.URL()+"/v1/objects/acme.ledger/x/add", strings.NewReader("b's"))
+	req.Header.Set("Authorization", "Bearer "+b)
+	req.Header.Set("Idempotency-Key", "k2")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	wantStatus(t, response{status: resp.StatusCode}, http.StatusNotFound, "b calls a's object with an Idempotency-Key")
+	if r := as(t, n, a, http.MethodPost, "/v1/objects/ledger/x/entries", nil); string(r.body) != "a's\n" {
+		t.Fatalf("a's ledger after b's attempts: %q", r.body)
+	}
+}
+
+// TestCallRecordsCountTowardObjectStorage: calls that write nothing but
+// their idempotency record fill an object to its storage limit, and are
+// then refused (413, naming the limit) while an unkeyed call, which
+// records nothing, still runs.
+func TestCallRecordsCountTowardObjectStorage(t *testing.T) {
+	t.Parallel()
+	n, op := authNode(t, nil)
+	a := mkTenant(t, n, op, "acme", `{"object_bytes":65536}`)
+	wantStatus(t, tenantUpload(t, n, a, "ledger", "ledger"), http.StatusCreated, "a uploads ledger")
+	var last response
+	keyed := 0
+	for ; keyed < 2000; keyed++ {
+		req, _ := http.NewRequest(http.MethodPost, n.URL()+"/v1/objects/ledger/l/total", nil)
+		req.Header.Set("Authorization", "Bearer "+a)
+		req.Header.Set("Idempotency-Key", fmt.Sprintf("%0200d", keyed))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		last = response{status: resp.StatusCode, header: resp.Header, body: b}
+		if last.status != http.StatusOK {
+			break
+		}
+	}
+	wantError(t, last, http.StatusRequestEntityTooLarge, "object storage")
+	if keyed == 0 {
+		t.Fatal("the first keyed call was refused")
+	}
+	wantStatus(t, as(t, n, a, http.MethodPost, "/v1/objects/ledger/l/total", nil), http.StatusOK, "an unkeyed call on the full object")
+}
+
+// TestObjectCallRunsOnItsCallersSlot: with one handler slot, an object's
+// call of another object of its tenant runs on the slot its caller holds,
+// instead of waiting for it until the budget ends.
+func TestObjectCallRunsOnItsCallersSlot(t *testing.T) {
+	t.Parallel()
+	n, op := authNode(t, func(c *host.Config) { c.VM.Budget = 2 * time.Second })
+	a := mkTenant(t, n, op, "acme", `{"concurrency":1}`)
+	wantStatus(t, tenantUpload(t, n, a, "ledger", "ledger"), http.StatusCreated, "a uploads ledger")
+	r := as(t, n, a, http.MethodPost, "/v1/objects/ledger/a/call", []byte(callPayload("ledger/b", "call", "", "", callPayload("ledger/c", "add", "", "", "x"))))
+	if r.status != http.StatusOK || string(r.body) != "ok ok 1" {
+		t.Fatalf("a → b → c on one slot: HTTP %d %s", r.status, r.body)
+	}
+}

@@ -125,10 +125,11 @@ func TestDigestCoversTheAlarm(t *testing.T) {
 	}
 }
 
-// A file made by the last binary before alarms (schema version 2) opens,
-// keeps what it held, has no alarm, and takes one.
-func TestSchemaUpgradeFromVersion2(t *testing.T) {
-	script, err := os.ReadFile(filepath.Join("testdata", "v2-3dd2e68.sql"))
+// fixtureFile writes the file a fixture's SQL makes and checks it is at
+// version.
+func fixtureFile(t *testing.T, fixture string, version int) string {
+	t.Helper()
+	script, err := os.ReadFile(filepath.Join("testdata", fixture))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,22 +137,37 @@ func TestSchemaUpgradeFromVersion2(t *testing.T) {
 	if err := writeSQL(path, string(script)); err != nil {
 		t.Fatal(err)
 	}
-	if v := userVersion(t, path); v != 2 {
-		t.Fatalf("fixture at version %d", v)
+	if v := userVersion(t, path); v != version {
+		t.Fatalf("fixture at version %d, want %d", v, version)
 	}
-	if _, ok, err := store.ReadAlarm(context.Background(), path); ok || err != nil {
-		t.Fatalf("read-only alarm of a version 2 file: %v %v", ok, err)
-	}
+	return path
+}
+
+// openUpgraded opens the old file at path, which upgrades it, and checks
+// it is at Version with a new file's columns; cleanup closes it.
+func openUpgraded(t *testing.T, path string) *store.File {
+	t.Helper()
 	fresh := filepath.Join(t.TempDir(), "fresh.db")
 	open(t, fresh).Close()
 	f := open(t, path)
-	defer f.Close()
+	t.Cleanup(func() { f.Close() })
 	if v := userVersion(t, path); v != store.Version {
 		t.Fatalf("version %d after open, want %d", v, store.Version)
 	}
 	if got, want := columns(t, path), columns(t, fresh); !equalColumns(got, want) {
 		t.Fatalf("upgraded columns %v, a new file's %v", got, want)
 	}
+	return f
+}
+
+// A file made by the last binary before alarms (schema version 2) opens,
+// keeps what it held, has no alarm, and takes one.
+func TestSchemaUpgradeFromVersion2(t *testing.T) {
+	path := fixtureFile(t, "v2-3dd2e68.sql", 2)
+	if _, ok, err := store.ReadAlarm(context.Background(), path); ok || err != nil {
+		t.Fatalf("read-only alarm of a version 2 file: %v %v", ok, err)
+	}
+	f := openUpgraded(t, path)
 	if p := f.Position(); p.Applied != 4 || p.Seq != 9 || p.Sum != 12345 {
 		t.Fatalf("position %+v", p)
 	}
@@ -170,5 +186,21 @@ func TestSchemaUpgradeFromVersion2(t *testing.T) {
 	})
 	if _, ok := alarmOf(t, f); !ok {
 		t.Fatal("the upgraded file did not keep its alarm")
+	}
+}
+
+// The digest covers the recorded calls: two files that differ only in a
+// call's reply differ.
+func TestDigestCoversRecordedCalls(t *testing.T) {
+	a, b := newFile(t), newFile(t)
+	at := time.Unix(1_800_000_000, 0)
+	commit(t, a, func(tx *store.Tx) error {
+		return tx.RecordCall("k", store.CallRecord{Request: []byte{1}, Reply: []byte("one"), At: at})
+	})
+	commit(t, b, func(tx *store.Tx) error {
+		return tx.RecordCall("k", store.CallRecord{Request: []byte{1}, Reply: []byte("two"), At: at})
+	})
+	if digest(t, a) == digest(t, b) {
+		t.Fatal("files whose recorded calls differ have one digest")
 	}
 }

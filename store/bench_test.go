@@ -62,3 +62,57 @@ func BenchmarkGroupTx(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkCallRecord is one keyed call's writes (a state put, what
+// ledger add does, plus its record: a 32-byte request hash, the reply and
+// the time under a 40-byte key), committed one per transaction, against
+// the same call without the record, alternating in one run. It reports
+// each side's µs per call and the file's bytes per record.
+//
+//	go test ./store -run '^$' -bench CallRecord -benchtime 20000x
+func BenchmarkCallRecord(b *testing.B) {
+	ctx := context.Background()
+	open := func(name string) *store.File {
+		f, err := store.Open(ctx, filepath.Join(b.TempDir(), name), store.SyncNormal)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { f.Close() })
+		return f
+	}
+	plain, keyed := open("plain.db"), open("keyed.db")
+	hash := make([]byte, 32)
+	var took [2]time.Duration
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		for side, f := range []*store.File{plain, keyed} {
+			start := time.Now()
+			tx, err := f.Begin()
+			if err != nil {
+				b.Fatal(err)
+			}
+			reply := strconv.AppendInt(nil, int64(i), 10)
+			if err := tx.Put(fmt.Appendf(nil, "entry/%08d", i), reply); err != nil {
+				b.Fatal(err)
+			}
+			if side == 1 {
+				key := fmt.Sprintf("call:ledger/a:receive:ledger/p:jobs:%d:0", i)
+				if err := tx.RecordCall(key, store.CallRecord{Request: hash, Reply: reply, At: time.Now()}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := tx.Commit(); err != nil {
+				b.Fatal(err)
+			}
+			took[side] += time.Since(start)
+		}
+	}
+	b.StopTimer()
+	ps, _ := plain.Size()
+	ks, _ := keyed.Size()
+	n := float64(b.N)
+	b.ReportMetric(float64(took[0].Microseconds())/n, "µs/plain-call")
+	b.ReportMetric(float64(took[1].Microseconds())/n, "µs/keyed-call")
+	b.ReportMetric(float64(ks-ps)/n, "bytes/record")
+}

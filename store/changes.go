@@ -39,6 +39,8 @@ const (
 	opSetCursor    // publisher, topic, seq
 	opSetAlarm     // time, attempts, next
 	opDeleteAlarm  // (none)
+	opRecordCall   // key, request, reply, at
+	opPruneCalls   // before, keep
 )
 
 // Position is how far a file is along its object's change stream: the
@@ -306,6 +308,15 @@ func (t *Tx) applyOp(op byte, d *decoder) error {
 		}
 	case opDeleteAlarm:
 		err = t.DeleteAlarm()
+	case opRecordCall:
+		key, req, reply, at := d.str(), d.bytes(), d.bytes(), d.int()
+		if ok() {
+			err = t.RecordCall(key, CallRecord{Request: req, Reply: reply, At: time.Unix(0, at)})
+		}
+	case opPruneCalls:
+		if before, keep := d.int(), d.int(); ok() {
+			_, err = t.PruneCalls(time.Unix(0, before), int(keep))
+		}
 	default:
 		return fmt.Errorf("%w: unknown operation %d (written by a newer binary?)", ErrBadChanges, op)
 	}
@@ -320,7 +331,8 @@ func (t *Tx) applyOp(op byte, d *decoder) error {
 func (f *File) CaptureAll(on bool) { f.captureAll = on }
 
 // Digest is a checksum of the file's logical contents (state, log, edges,
-// the connection floor, receive cursors and the alarm, in key order): two files with
+// the connection floor, receive cursors, the alarm and the recorded
+// calls, in key order): two files with
 // the same contents have the same digest whatever their pages look like. A
 // restored or caught-up copy is checked against its home's with it.
 func (f *File) Digest() (uint64, error) {
@@ -332,6 +344,7 @@ func (f *File) Digest() (uint64, error) {
 		`SELECT one, cursor FROM conn_floor`,
 		`SELECT publisher, topic, seq FROM cursors ORDER BY publisher, topic`,
 		`SELECT one, time, attempts, next FROM alarm`,
+		`SELECT key, request, reply, at FROM calls ORDER BY key`,
 	} {
 		rows, err := f.conn.QueryContext(bg, q)
 		if err != nil {

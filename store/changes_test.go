@@ -15,7 +15,8 @@ import (
 
 // randomTx makes one transaction of random writes of every kind a home
 // makes: state puts and deletes, appends, edges added, advanced, removed,
-// the connection floor, receive cursors, the alarm set and deleted.
+// the connection floor, receive cursors, the alarm set and deleted, calls
+// recorded and pruned.
 func randomTx(r *rand.Rand, tx *store.Tx) error {
 	now := time.Unix(1_700_000_000, int64(r.Intn(1e9)))
 	for range 1 + r.Intn(6) {
@@ -23,7 +24,7 @@ func randomTx(r *rand.Rand, tx *store.Tx) error {
 		follower := fmt.Sprintf("p/f%d", r.Intn(4))
 		topic := fmt.Sprintf("t%d", r.Intn(3))
 		var err error
-		switch r.Intn(13) {
+		switch r.Intn(15) {
 		case 0, 1:
 			err = tx.Put(key, []byte(fmt.Sprint(r.Int())))
 		case 2:
@@ -67,6 +68,10 @@ func randomTx(r *rand.Rand, tx *store.Tx) error {
 			err = tx.SetAlarm(store.Alarm{Time: at, Attempts: r.Intn(3), Next: at.Add(time.Duration(r.Intn(5)) * time.Second)})
 		case 12:
 			err = tx.DeleteAlarm()
+		case 13:
+			err = tx.RecordCall(fmt.Sprint("key", r.Intn(30)), store.CallRecord{Request: []byte{byte(r.Intn(3))}, Reply: []byte(fmt.Sprint(r.Int())), At: now})
+		case 14:
+			_, err = tx.PruneCalls(now.Add(-time.Duration(r.Intn(2))*time.Second), r.Intn(10))
 		}
 		if err != nil {
 			return err
@@ -85,7 +90,8 @@ func digest(t *testing.T, f *store.File) uint64 {
 }
 
 // A copy that applies each change set of its home has the home's logical
-// contents after every one: state, log, edges, floor, cursors and alarm.
+// contents after every one: state, log, edges, floor, cursors, alarm and
+// recorded calls.
 func TestApplyReproducesTheHome(t *testing.T) {
 	home, cp := newFile(t), newFile(t)
 	home.CaptureAll(true)

@@ -2,8 +2,10 @@
 // readers see: its state, its event log, its edges as a publisher (with
 // their in-memory cache and the connection floor), its receive cursors as
 // a follower, its one pending alarm (Alarm; ReadAlarm looks without
-// opening the file for writing), its size cap, and the schema's version
-// with the steps that upgrade a file written by an earlier binary.
+// opening the file for writing), the calls it recorded with their
+// replies (so a repeated call happens once in effect), its size cap, and
+// the schema's version with the steps that upgrade a file written by an
+// earlier binary.
 //
 // A File is the object's own read-write connection, used by one goroutine
 // at a time through a Tx. Every read of a log, in a transaction or from

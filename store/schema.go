@@ -10,7 +10,7 @@ import (
 // Version is the schema version this package writes, kept in the file's
 // PRAGMA user_version. Open upgrades a file at an earlier version and
 // refuses one at a later version (written by a newer binary).
-const Version = 3
+const Version = 4
 
 // alarmsSince is the version whose step made the alarm table.
 const alarmsSince = 3
@@ -63,6 +63,18 @@ var migrations = []func(ctx context.Context, c *sql.Conn) error{
 	attempts INTEGER NOT NULL,
 	next     INTEGER NOT NULL
 )`)
+		return err
+	},
+	// 3 → 4: recorded calls, for calls made once in effect (a file made
+	// before them has none).
+	func(ctx context.Context, c *sql.Conn) error {
+		_, err := c.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS calls (
+	key     TEXT PRIMARY KEY,
+	request BLOB NOT NULL,
+	reply   BLOB NOT NULL,
+	at      INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS calls_at ON calls(at)`)
 		return err
 	},
 }

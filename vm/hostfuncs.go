@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -40,6 +41,7 @@ var hostFuncs = []hostFunc{
 	{abi.ImportAlarmSet, []api.ValueType{api.ValueTypeI64}, []api.ValueType{i32}, hAlarmSet},
 	{abi.ImportAlarmGet, nil, []api.ValueType{api.ValueTypeI64}, hAlarmGet},
 	{abi.ImportAlarmDelete, nil, []api.ValueType{i32}, hAlarmDelete},
+	{abi.ImportCall, []api.ValueType{i32, i32}, []api.ValueType{i32}, hCall},
 }
 
 var knownImport = func() map[string]bool {
@@ -323,4 +325,43 @@ func hAlarmGet(i *Instance, _ api.Module, s []uint64) {
 
 func hAlarmDelete(i *Instance, _ api.Module, s []uint64) {
 	s[0] = hostErr(i, needHost(i).DeleteAlarm(i.ctx))
+}
+
+// hCall runs another object's method while the guest waits inside the
+// import: the caller's instance and its object's lock stay held, which
+// the host makes safe by refusing cycles. The callee's context ends with
+// this handler's budget.
+func hCall(i *Instance, m api.Module, s []uint64) {
+	h := needHost(i)
+	b, ok := view(m, s[0], s[1], abi.MaxCallRequestLen)
+	if !ok {
+		i.result = abi.AppendCallError(nil, &abi.CallError{Status: 413, Message: fmt.Sprintf("call request larger than %d bytes", abi.MaxCallRequestLen)})
+		s[0] = status(abi.StatusError)
+		return
+	}
+	req, err := abi.DecodeCallRequest(append([]byte(nil), b...))
+	if err != nil {
+		i.result = abi.AppendCallError(nil, &abi.CallError{Status: 400, Message: "malformed call request"})
+		s[0] = status(abi.StatusError)
+		return
+	}
+	ctx, cancel := context.WithDeadline(i.ctx, i.began.Add(i.budget))
+	defer cancel()
+	reply, err := h.Call(ctx, req)
+	var ce *abi.CallError
+	switch {
+	case err == nil:
+		i.result = reply
+		s[0] = uint64(len(reply))
+	case ctx.Err() != nil:
+		// This handler's budget ended while it waited: it fails as one
+		// past its budget, whether or not the watchdog saw it yet.
+		i.expired.Store(true)
+		panic(err)
+	case errors.As(err, &ce):
+		i.result = abi.AppendCallError(nil, ce)
+		s[0] = status(abi.StatusError)
+	default:
+		s[0] = hostErr(i, err)
+	}
 }

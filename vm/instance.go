@@ -36,6 +36,14 @@ type Host interface {
 	// Now is the wall clock the guest sees (time_now): the one its alarms
 	// are scheduled by.
 	Now() time.Time
+	// Call runs another object's method (the call import) and returns its
+	// reply; a failure the guest may handle is a *abi.CallError. ctx
+	// ends when this handler's budget does.
+	Call(ctx context.Context, req abi.CallRequest) ([]byte, error)
+	// Deadline is the latest this handler may run until, whatever its
+	// budget: a calling object's remaining budget. Zero: the budget
+	// alone.
+	Deadline() time.Time
 	// Self is the object's "program/id".
 	Self() string
 	Log(level int32, msg string)
@@ -63,6 +71,10 @@ type Instance struct {
 	broken  bool
 	out     *tail
 
+	// began and budget are the running call's start and budget, for the
+	// deadline a call it makes carries.
+	began  time.Time
+	budget time.Duration
 	// deadline is when the running call's budget ends (Engine.now), 0
 	// when idle; the watchdog reads it and sets expired before cancelling.
 	deadline atomic.Int64
@@ -218,7 +230,16 @@ func (i *Instance) invoke(h Host, f api.Function, input []byte, nparams int) (in
 		return 0, &TrapError{Message: "instance is broken"}
 	}
 	i.host, i.input, i.reply, i.result = h, input, i.reply[:0], nil
-	i.deadline.Store(i.e.now() + i.e.budget)
+	budget := i.e.budget
+	if h != nil {
+		// A callee runs no longer than its caller waits.
+		if d := h.Deadline(); !d.IsZero() {
+			budget = min(budget, int64(time.Until(d)))
+		}
+	}
+	i.began = time.Now()
+	i.budget = time.Duration(budget)
+	i.deadline.Store(i.e.now() + budget)
 	err := f.CallWithStack(i.ctx, i.stack[:max(nparams, 1)])
 	i.deadline.Store(0)
 	i.host, i.input, i.result = nil, nil, nil

@@ -55,6 +55,13 @@ func (h *memHost) Publish(_ context.Context, t string, p []byte) error {
 func (h *memHost) Follow(context.Context, abi.FollowRequest) error   { return nil }
 func (h *memHost) Unfollow(context.Context, abi.FollowRequest) error { return nil }
 func (h *memHost) Self() string                                      { return "test/1" }
+func (h *memHost) Deadline() time.Time                               { return time.Time{} }
+func (h *memHost) Call(_ context.Context, r abi.CallRequest) ([]byte, error) {
+	if r.Method == "fail" {
+		return nil, &abi.CallError{Status: 422, Message: "failed: " + r.Target}
+	}
+	return []byte(r.Target + "." + r.Method + "(" + string(r.Payload) + ")"), nil
+}
 func (h *memHost) SetAlarm(_ context.Context, t time.Time) error {
 	h.alarm = &t
 	return nil
@@ -152,6 +159,10 @@ func TestHostileGuests(t *testing.T) {
 			return errors.As(err, &te) && strings.Contains(te.Message, "outside guest memory")
 		}, true},
 		{"oob_len", func(err error) bool { var te *vm.TrapError; return errors.As(err, &te) }, true},
+		{"call_oob", func(err error) bool {
+			var te *vm.TrapError
+			return errors.As(err, &te) && strings.Contains(te.Message, "outside guest memory")
+		}, true},
 		{"big_reply", func(err error) bool { var te *vm.TrapError; return errors.As(err, &te) }, true},
 		{"panic", func(err error) bool {
 			var ge *vm.GuestError

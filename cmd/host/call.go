@@ -15,8 +15,14 @@ func callCommand(stdin io.Reader, stdout io.Writer) *cli.Command {
 		Usage:     "call a method of an object and print its reply",
 		ArgsUsage: "PROGRAM/ID METHOD [PAYLOAD|-]",
 		Description: `PAYLOAD is sent as the request body; "-" reads it from standard input.
-Example: host call counter/c1 add '{"amount": 5}'`,
-		Flags: []cli.Flag{serverFlag(), tokenFlag()},
+Example: host call counter/c1 add '{"amount": 5}'
+With --idempotency-key K the call happens once in effect: the same key,
+method and payload again (a retry after a lost reply) prints the first
+call's reply without running the method; the same key with another
+method or payload is refused (HTTP 422).`,
+		Flags: []cli.Flag{serverFlag(), tokenFlag(),
+			&cli.StringFlag{Name: "idempotency-key", Usage: "run the call once in effect per `KEY` (sent as the Idempotency-Key header)"},
+		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() < 2 || c.NArg() > 3 {
 				return errors.New("usage: host call PROGRAM/ID METHOD [PAYLOAD|-]")
@@ -31,7 +37,7 @@ Example: host call counter/c1 add '{"amount": 5}'`,
 					}
 				}
 			}
-			out, err := client(c).Call(c.Context, c.Args().Get(0), c.Args().Get(1), payload)
+			out, err := client(c).CallWithKey(c.Context, c.Args().Get(0), c.Args().Get(1), payload, c.String("idempotency-key"))
 			if err != nil {
 				return err
 			}

@@ -110,6 +110,8 @@ func nodeFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "stream-idle", Value: d.Streams.Idle, EnvVars: []string{"HOST_SUBSCRIPTION_IDLE_THRESHOLD"}, Usage: "a stream subscription that heard no hint this long publishes one, recovering lost hints (must be positive)"},
 		&cli.DurationFlag{Name: "idle-timeout", Value: d.IdleTimeout, EnvVars: []string{"HOST_IDLE_TIMEOUT"}, Usage: "deactivate an object unused this long"},
 		&cli.IntFlag{Name: "max-batch", Value: d.MaxBatch, EnvVars: []string{"HOST_MAX_BATCH"}, Usage: "group commit: calls waiting at one object run together in one transaction, each in its own savepoint, and are answered after its one commit; at most `N` per commit (1: a commit per call)"},
+		&cli.DurationFlag{Name: "call-record-age", Value: d.CallRecordAge, EnvVars: []string{"HOST_CALL_RECORD_AGE"}, Usage: "how long an object keeps the record of a call made with an idempotency key (an Idempotency-Key header, a call from a receive handler or with a key of its own): a repeat within it gets the recorded reply without the method running again"},
+		&cli.IntFlag{Name: "call-records", Value: d.CallRecords, EnvVars: []string{"HOST_CALL_RECORDS"}, Usage: "most idempotency-key records one object keeps (the oldest go first); they count toward its storage"},
 		&cli.StringFlag{Name: "sync", Value: "normal", EnvVars: []string{"HOST_SYNC"}, Usage: "SQLite synchronous setting for object files: normal (survives a process crash) or full (also power loss, an fsync per commit)"},
 		&cli.DurationFlag{Name: "lease-ttl", Value: d.LeaseTTL, EnvVars: []string{"HOST_LEASE_TTL"}, Usage: "a node that has not renewed its cluster lease for this long is gone for good (its id never returns)"},
 		&cli.DurationFlag{Name: "heartbeat", Value: d.Heartbeat, EnvVars: []string{"HOST_HEARTBEAT"}, Usage: "how often a node renews its lease"},
@@ -143,6 +145,8 @@ func nodeConfig(c *cli.Context, stderr io.Writer) (host.Config, error) {
 	cfg.IdleTimeout = c.Duration("idle-timeout")
 	cfg.Sync = store.Sync(strings.ToUpper(c.String("sync")))
 	cfg.MaxBatch = c.Int("max-batch")
+	cfg.CallRecordAge = c.Duration("call-record-age")
+	cfg.CallRecords = c.Int("call-records")
 	cfg.LeaseTTL = c.Duration("lease-ttl")
 	cfg.Heartbeat = c.Duration("heartbeat")
 	cfg.KVReplicas = c.Int("kv-replicas")

@@ -56,6 +56,10 @@ type Backend interface {
 
 	// Call runs method on the object with payload and returns its reply.
 	Call(ctx context.Context, id names.Object, method string, payload []byte) ([]byte, error)
+	// CallWithKey is Call once in effect per idempotency key: a repeat
+	// gets the recorded reply, a key reused with another method or
+	// payload fails (422).
+	CallWithKey(ctx context.Context, id names.Object, method string, payload []byte, key string) ([]byte, error)
 	// Edges lists the object's edges.
 	Edges(ctx context.Context, id names.Object) ([]store.Edge, error)
 	// RemoveEdge removes the object's edge; ok is false when it has none

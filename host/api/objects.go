@@ -13,13 +13,19 @@ import (
 	"github.com/durable-host/host/store"
 )
 
+// IdempotencyKeyHeader names the header that makes a method call once in
+// effect: a repeat with the same key, method and payload gets the first
+// call's reply without the method running again; the same key with
+// another method or payload is refused with 422.
+const IdempotencyKeyHeader = "Idempotency-Key"
+
 func (s *server) handleCall(w http.ResponseWriter, r *http.Request, p tenancy.Principal, id names.Object) {
 	payload, err := readBody(w, r, s.cfg.MaxPayload)
 	if err != nil {
 		s.failAs(w, p, err)
 		return
 	}
-	reply, err := s.b.Call(r.Context(), id, r.PathValue("method"), payload)
+	reply, err := s.b.CallWithKey(r.Context(), id, r.PathValue("method"), payload, r.Header.Get(IdempotencyKeyHeader))
 	if err != nil {
 		s.failAs(w, p, err)
 		return

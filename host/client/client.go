@@ -59,10 +59,13 @@ type Program struct {
 }
 
 // send sends one request with the client's token.
-func (c *Client) send(ctx context.Context, method, path string, body []byte) (*http.Response, error) {
+func (c *Client) send(ctx context.Context, method, path string, body []byte, hdr http.Header) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(c.Base, "/")+path, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
 	}
 	if c.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.Token)
@@ -79,7 +82,12 @@ func (c *Client) send(ctx context.Context, method, path string, body []byte) (*h
 }
 
 func (c *Client) do(ctx context.Context, method, path string, body []byte) ([]byte, http.Header, error) {
-	resp, err := c.send(ctx, method, path, body)
+	return c.doWith(ctx, method, path, body, nil)
+}
+
+// doWith is do with request headers hdr.
+func (c *Client) doWith(ctx context.Context, method, path string, body []byte, hdr http.Header) ([]byte, http.Header, error) {
+	resp, err := c.send(ctx, method, path, body, hdr)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -132,6 +140,24 @@ func (c *Client) Call(ctx context.Context, object, method string, payload []byte
 		return nil, err
 	}
 	out, _, err := c.do(ctx, http.MethodPost, id.path()+"/"+url.PathEscape(method), payload)
+	return out, err
+}
+
+// CallWithKey is Call once in effect per idempotency key (sent as the
+// Idempotency-Key header): a repeat within the node's record age gets
+// the first call's reply without the method running again; the same key
+// with another method or payload is refused with 422. Use it to retry a
+// call whose reply was lost.
+func (c *Client) CallWithKey(ctx context.Context, object, method string, payload []byte, key string) ([]byte, error) {
+	id, err := parseObject(object)
+	if err != nil {
+		return nil, err
+	}
+	var hdr http.Header
+	if key != "" {
+		hdr = http.Header{"Idempotency-Key": {key}}
+	}
+	out, _, err := c.doWith(ctx, http.MethodPost, id.path()+"/"+url.PathEscape(method), payload, hdr)
 	return out, err
 }
 
@@ -250,7 +276,7 @@ func (c *Client) Subscribe(ctx context.Context, object string, o SubscribeOption
 	if o.After != nil {
 		q.Set("after", strconv.FormatUint(*o.After, 10))
 	}
-	resp, err := c.send(ctx, http.MethodGet, id.path()+"/stream?"+q.Encode(), nil)
+	resp, err := c.send(ctx, http.MethodGet, id.path()+"/stream?"+q.Encode(), nil, nil)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil

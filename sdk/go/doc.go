@@ -73,4 +73,32 @@
 // [Now], the host's clock that alarms are scheduled by (a test's injected
 // clock too), rather than time.Now. A program must register OnAlarm before
 // its handlers call SetAlarm: without one, SetAlarm fails.
+//
+// # Calling other objects
+//
+// A handler calls another object's method with [Call]; the callee runs on
+// its home (this node or another) in its own transaction while the caller
+// waits, and its reply or its error ([CallError]: an HTTP status and a
+// message) comes back:
+//
+//	reply, err := sdk.Call("inventory/sku42", "reserve", payload)
+//	var ce *sdk.CallError
+//	if errors.As(err, &ce) && ce.Status == 422 {
+//		// the callee refused: its own error, in ce.Message
+//	}
+//
+// The callee commits on its own. If the caller fails after the call, the
+// caller's writes roll back and the callee's stay. So make the callee's
+// method safe to repeat, or key it: [CallWithKey] records the key with
+// the reply in the callee, and a repeat gets the recorded reply without
+// running the method again. A call from an [OnReceive] handler is keyed
+// for you by the event and the call's place in the handler: a
+// redelivered event repeats none of its calls' effects, provided the
+// handler makes the same calls in the same order.
+//
+// One handler runs at a time per object, and the caller's object stays
+// busy while it waits, so a call back into an object already waiting in
+// the chain (A calls B calls A) fails at once with status 508, as does a
+// chain of more than eight objects. The callee runs no longer than the
+// caller's budget has left.
 package sdk

@@ -66,6 +66,9 @@ func hostAlarmGet() int64
 //go:wasmimport host alarm_delete
 func hostAlarmDelete() int32
 
+//go:wasmimport host object_call
+func hostObjectCall(rp unsafe.Pointer, rn int32) int32
+
 func strPtr(s string) (unsafe.Pointer, int32) {
 	return unsafe.Pointer(unsafe.StringData(s)), int32(len(s))
 }
@@ -257,6 +260,45 @@ func Alarm() (time.Time, bool) {
 // DeleteAlarm cancels this object's pending alarm, in this handler's
 // transaction.
 func DeleteAlarm() error { return statusErr("delete alarm", hostAlarmDelete()) }
+
+// Call runs method on another object ("program/id", in this program's
+// tenant) with payload and returns its reply. The callee runs on its
+// home, wherever that is, in its own transaction, while this handler
+// waits; it runs no longer than what is left of this handler's budget.
+//
+// The callee's effects commit on their own: if this handler fails
+// afterwards, its own writes roll back and the callee's stay. Make the
+// callee's method safe to repeat, or give the call a key (CallWithKey):
+// a call from an OnReceive handler gets one derived from the event and
+// the call's place in the handler, so a redelivered event repeats no
+// call's effect.
+//
+// A failure is a *CallError: the callee's own error (Status 422), no
+// such object or method (404), a call back into an object already
+// waiting in this chain of calls or a chain deeper than eight objects
+// (508), the budget (504), an unreachable home (503) ...
+func Call(target, method string, payload []byte) ([]byte, error) {
+	return CallWithKey(target, method, payload, "")
+}
+
+// CallWithKey is Call once in effect per key: the callee records the key
+// with its reply, and a call with the same key (from this object) gets
+// that reply without the method running again, for as long as the
+// callee keeps the record (a day by default). The same key with another
+// method or payload fails with Status 422.
+func CallWithKey(target, method string, payload []byte, key string) ([]byte, error) {
+	req := abi.AppendCallRequest(nil, &abi.CallRequest{Target: target, Method: method, Key: key, Payload: payload})
+	rp, rn := bytesPtr(req)
+	n := hostObjectCall(rp, rn)
+	if n >= 0 {
+		return readResult(n), nil
+	}
+	ce, err := abi.DecodeCallError(readResult(hostResultLen()))
+	if err != nil {
+		ce = abi.CallError{Status: 500, Message: fmt.Sprintf("call %s.%s: status %d", target, method, n)}
+	}
+	return nil, &CallError{Status: ce.Status, Message: ce.Message}
+}
 
 func reply(b []byte) {
 	p, n := bytesPtr(b)

@@ -31,6 +31,15 @@ type FollowRequest struct {
 	Params   []byte // what the follower presented (a key, a token ...)
 }
 
+// CallError is a failed Call: the HTTP status the same failure has over
+// the host's API and its message.
+type CallError struct {
+	Status  int
+	Message string
+}
+
+func (e *CallError) Error() string { return e.Message }
+
 // ErrSkip, returned from an OnEvent handler, sends nothing to the connection.
 var ErrSkip = errors.New("skip")
 

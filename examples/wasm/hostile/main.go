@@ -30,6 +30,9 @@ func rawStateGet(kp uint32, kn int32) int32
 //go:wasmimport host publish
 func rawPublish(tp uint32, tn int32, pp uint32, pn int32) int32
 
+//go:wasmimport host object_call
+func rawObjectCall(rp uint32, rn int32) int32
+
 var sink [][]byte
 
 // leak is what alloc keeps across calls: it only grows until the instance
@@ -103,6 +106,33 @@ func init() {
 	sdk.Method("oob_len", func([]byte) ([]byte, error) {
 		rawPublish(16, -1, 16, 0x7fffffff)
 		return []byte("unreachable"), nil
+	})
+	// call_oob hands object_call a request far outside memory.
+	sdk.Method("call_oob", func([]byte) ([]byte, error) {
+		rawObjectCall(0xFFFFFF00, 1024)
+		return []byte("unreachable"), nil
+	})
+	// call_bad makes calls the host refuses without trapping: a request
+	// that does not decode, one over the size limit, a target that is no
+	// object name. It replies with each refusal's status.
+	sdk.Method("call_bad", func([]byte) ([]byte, error) {
+		var out []string
+		garbage := []byte{0xff, 0xff, 0xff, 0xff, 0x0f}
+		if n := rawObjectCall(uint32(uintptr(unsafe.Pointer(&garbage[0]))), int32(len(garbage))); n >= 0 {
+			return nil, errors.New("a malformed call request was accepted")
+		}
+		for _, c := range []struct {
+			target  string
+			payload []byte
+		}{{"x/y", make([]byte, 2<<20)}, {"no-slash", nil}} {
+			_, err := sdk.Call(c.target, "m", c.payload)
+			var ce *sdk.CallError
+			if !errors.As(err, &ce) {
+				return nil, fmt.Errorf("call %s: %v", c.target, err)
+			}
+			out = append(out, fmt.Sprint(ce.Status))
+		}
+		return []byte(strings.Join(out, " ")), nil
 	})
 	// publish_then_fail writes and publishes, then returns an error.
 	sdk.Method("publish_then_fail", func([]byte) ([]byte, error) {

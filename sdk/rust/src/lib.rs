@@ -117,6 +117,8 @@ pub mod sys {
         pub fn alarm_get() -> i64;
         #[link_name = "alarm_delete"]
         pub fn alarm_delete() -> i32;
+        #[link_name = "object_call"]
+        pub fn object_call(rp: *const u8, rn: i32) -> i32;
     }
 
     // Off wasm (cargo check, doc tests on the build machine) the imports do
@@ -144,6 +146,7 @@ pub mod sys {
         pub unsafe fn alarm_set(_: i64) -> i32 { no() }
         pub unsafe fn alarm_get() -> i64 { no() }
         pub unsafe fn alarm_delete() -> i32 { no() }
+        pub unsafe fn object_call(_: *const u8, _: i32) -> i32 { no() }
     }
     #[cfg(not(target_arch = "wasm32"))]
     pub use stub::*;
@@ -658,6 +661,73 @@ pub fn alarm() -> Option<i64> {
 /// Cancels this object's pending alarm, in this handler's transaction.
 pub fn delete_alarm() -> Result<()> {
     status_err("delete alarm", unsafe { sys::alarm_delete() })
+}
+
+/// A failed [`call`]: the HTTP status the same failure has over the host's
+/// API (422 the callee's own error, 404 no such object or method, 508 a
+/// call back into an object already waiting in this chain of calls or a
+/// chain deeper than eight objects, 504 out of budget, 503 unavailable ...)
+/// and its message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallError {
+    pub status: u32,
+    pub message: String,
+}
+
+impl fmt::Display for CallError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for CallError {}
+
+impl From<CallError> for Error {
+    fn from(e: CallError) -> Error {
+        Error::Failed(e.message)
+    }
+}
+
+/// Runs `method` of another object (`target`, "program/id" in this
+/// program's tenant) with `payload` and returns its reply. The callee runs
+/// on its home, wherever that is, in its own transaction, while this
+/// handler waits, and no longer than this handler's budget has left.
+///
+/// The callee's effects commit on their own: if this handler fails
+/// afterwards, its own writes roll back and the callee's stay. Make the
+/// callee's method safe to repeat or give the call a key
+/// ([`call_with_key`]); a call from an `on_receive` handler gets one
+/// derived from the event and the call's place in the handler, so a
+/// redelivered event repeats no call's effect. One handler runs at a time
+/// per object, so a call back into an object already waiting in the chain
+/// fails at once (508).
+pub fn call(target: &str, method: &str, payload: impl AsRef<[u8]>) -> Result<Vec<u8>, CallError> {
+    call_with_key(target, method, payload, "")
+}
+
+/// [`call`] once in effect per `key`: the callee records the key with its
+/// reply, and a call with the same key (from this object) gets that reply
+/// without the method running again, for as long as the callee keeps the
+/// record (a day by default). The same key with another method or payload
+/// fails with status 422.
+pub fn call_with_key(target: &str, method: &str, payload: impl AsRef<[u8]>, key: &str) -> Result<Vec<u8>, CallError> {
+    let mut req = Vec::new();
+    wire::put_bytes(&mut req, target.as_bytes());
+    wire::put_bytes(&mut req, method.as_bytes());
+    wire::put_bytes(&mut req, key.as_bytes());
+    wire::put_bytes(&mut req, payload.as_ref());
+    let n = unsafe { sys::object_call(req.as_ptr(), len32(req.len())) };
+    if n >= 0 {
+        return Ok(read_result(n));
+    }
+    let b = read_result(unsafe { sys::result_len() });
+    let mut d = wire::Decoder::new(&b);
+    let status = d.uvarint();
+    let message = d.string();
+    if !d.done() {
+        return Err(CallError { status: 500, message: format!("call {}.{}: status {}", target, method, n) });
+    }
+    Err(CallError { status: status as u32, message })
 }
 
 /// Formats `n` in decimal as bytes, handy for replies.
