@@ -67,7 +67,8 @@ func testCallsSameNodeAndAcross(t *testing.T, c0, c1 *hclient.Client, prog strin
 		}
 		if got := dcall(t, c1, target, "entries", ""); got != "x\nz\n" {
 			t.Fatalf("%s's entries %q, want x and z: the callee's effect stays when its caller fails", target, got)
-		}		// A key of the caller's own: the repeat is answered from the
+		}
+		// A key of the caller's own: the repeat is answered from the
 		// callee's record; the key with another payload is refused.
 		for range 2 {
 			if got := dcall(t, c0, l("a"), "call", callPayload(target, "add", "k\r1", "", "y")); got != "ok 3" {
