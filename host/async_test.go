@@ -91,7 +91,11 @@ func TestAsyncAckAnswersBeforeShippingAndDeliversAfter(t *testing.T) {
 		return len(got)
 	}
 	stillFor(t, "the follower or the stream received an event not yet shipped", 300*time.Millisecond, func() bool {
-		return received() == 0 && streamed.Load() == 0
+		r, s := received(), streamed.Load()
+		if r != 0 || s != 0 {
+			t.Logf("follower received %d, stream %d", r, s)
+		}
+		return r == 0 && s == 0
 	})
 	released = true
 	release()

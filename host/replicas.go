@@ -201,7 +201,11 @@ func (r *replicas) openHome(ctx context.Context, id ObjectID, path string, sync 
 	}
 	at := f.Position()
 	if r.async {
-		q := r.newShipQueue(id, path, at)
+		q, err := r.newShipQueue(id, path, f)
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
 		r.queues.Store(id, q)
 		f.SetShipper(q.shipper)
 	} else {
@@ -295,6 +299,19 @@ func (r *replicas) allShipped(id ObjectID) bool {
 	}
 	_, waiting := v.(*shipQueue).status()
 	return waiting == 0
+}
+
+// readCap is the last seq of id's log a reader may see here: under async
+// acknowledgement, what is shipped; 0 (no cap) otherwise.
+func (r *replicas) readCap(id ObjectID) uint64 {
+	if r == nil || !r.async {
+		return 0
+	}
+	v, ok := r.queues.Load(id)
+	if !ok {
+		return 0
+	}
+	return v.(*shipQueue).shipped()
 }
 
 // drain waits until every queue has shipped what it holds, or ctx ends.

@@ -70,6 +70,11 @@ type shipQueue struct {
 	// acked is the position of the last change set the stream took;
 	// committed the position after the last one queued.
 	acked, committed store.Position
+	// shippedHead is the file's log head as of the last change set the
+	// stream took: events after it are not shipped yet.
+	shippedHead uint64
+	// head reads the log head in the committing transaction.
+	head func() (uint64, error)
 	// err, once set, refuses further commits: the object was fenced,
 	// or the node is stopping.
 	err     error
@@ -81,14 +86,20 @@ type shipQueue struct {
 type shipItem struct {
 	changes []byte
 	at      store.Position // the file's position before it (Seq unknown)
+	head    uint64         // the log head after it
 }
 
-// newShipQueue starts a queue for a file at at (caught up, its position's
-// stream sequence real).
-func (r *replicas) newShipQueue(id ObjectID, path string, at store.Position) *shipQueue {
-	q := &shipQueue{id: id, path: path, r: r, acked: at, committed: at, seqs: map[uint64]uint64{}}
+// newShipQueue starts a queue for the home file f (caught up: its
+// position's stream sequence is real, and all of it shipped).
+func (r *replicas) newShipQueue(id ObjectID, path string, f *store.File) (*shipQueue, error) {
+	head, err := f.Head()
+	if err != nil {
+		return nil, err
+	}
+	at := f.Position()
+	q := &shipQueue{id: id, path: path, r: r, acked: at, committed: at, shippedHead: head, head: f.Head, seqs: map[uint64]uint64{}}
 	q.changed = sync.NewCond(&q.mu)
-	return q
+	return q, nil
 }
 
 // shipper is the file's Shipper: it queues the change set and returns the
@@ -96,6 +107,10 @@ func (r *replicas) newShipQueue(id ObjectID, path string, at store.Position) *sh
 func (q *shipQueue) shipper(changes []byte, at store.Position) (store.Position, error) {
 	if max := q.r.log.MaxChanges(); len(changes) > max {
 		return at, fmt.Errorf("%w: the transaction's changes are %d bytes, over the %d a replicated change set can carry", ErrTooLarge, len(changes), max)
+	}
+	head, err := q.head() // this transaction's appends included
+	if err != nil {
+		return at, err
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -127,7 +142,7 @@ func (q *shipQueue) shipper(changes []byte, at store.Position) (store.Position, 
 		return at, fmt.Errorf("%w: %s is at change %d, its queue at %d", store.ErrBehind, q.id, at.Applied, q.committed.Applied)
 	}
 	next := store.Position{Applied: at.Applied + 1, Sum: replica.Chain(at.Sum, changes)}
-	q.items = append(q.items, shipItem{changes: bytes.Clone(changes), at: at})
+	q.items = append(q.items, shipItem{changes: bytes.Clone(changes), at: at, head: head})
 	q.committed = next
 	if !q.running {
 		q.running = true
@@ -168,6 +183,7 @@ func (q *shipQueue) run() {
 			q.mu.Lock()
 			q.items = q.items[1:]
 			q.acked = p
+			q.shippedHead = it.head
 			q.seqs[p.Applied] = p.Seq
 			delete(q.seqs, p.Applied-seqMemory)
 			q.changed.Broadcast()
@@ -255,6 +271,13 @@ func (q *shipQueue) seqOf(ctx context.Context, applied uint64) (uint64, error) {
 		return q.acked.Seq, nil
 	}
 	return 0, errNotShipped
+}
+
+// shipped returns the log head as of the last change set shipped.
+func (q *shipQueue) shipped() uint64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.shippedHead
 }
 
 // status is what the queue holds: its shipped position and how many

@@ -76,11 +76,12 @@ var opStream = objectOp("stream", 0, (*Node).readLocal)
 // readLocal answers q from this node's copy of obj's file.
 func (n *Node) readLocal(ctx context.Context, obj ObjectID, q streamQuery) ([]abi.Event, error) {
 	// Async acknowledgement: what was committed before the read is
-	// shipped before it is read.
+	// shipped before it is read, and what commits meanwhile is left out
+	// (its own hint brings it).
 	if err := n.replicas.waitShipped(ctx, obj); err != nil {
 		return nil, err
 	}
-	return store.Read(ctx, n.objectPath(obj), store.Query{After: q.After, Topic: q.Topic,
+	return store.Read(ctx, n.objectPath(obj), store.Query{After: q.After, Topic: q.Topic, Cap: n.replicas.readCap(obj),
 		Match: delivery.MustFilter(q.Filter).MatchFunc(), Limit: q.Limit, MaxBytes: q.MaxBytes, Latest: q.Latest})
 }
 

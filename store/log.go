@@ -23,6 +23,9 @@ type Query struct {
 	// this copy of the log: a log that ends before it fails with ErrNoLog
 	// (a stale copy). 0: no upper bound.
 	Through uint64
+	// Cap, when set, leaves out events after it, with no error: what a
+	// reader may see of a log whose tail is not shipped yet. 0: no cap.
+	Cap uint64
 	// Topic selects one topic; "" every topic.
 	Topic string
 	// Match, when set, keeps the events whose payload it accepts: a
@@ -110,6 +113,10 @@ func readLog(ctx context.Context, db queryer, q Query) ([]abi.Event, error) {
 	if q.Through > 0 {
 		query += ` AND seq <= ?`
 		args = append(args, int64(q.Through))
+	}
+	if q.Cap > 0 {
+		query += ` AND seq <= ?`
+		args = append(args, int64(q.Cap))
 	}
 	if q.Topic != "" {
 		query += ` AND topic = ?`
