@@ -1,10 +1,12 @@
 package delivery
 
 import (
+	"encoding/json"
 	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/durable-host/host/abi"
 )
@@ -42,6 +44,27 @@ func TestItemShapesOncePerKey(t *testing.T) {
 		}
 		if i%2 == 1 && (frames[i] != nil || errs[i] == nil) {
 			t.Fatalf("caller %d of the failing key: %q %v", i, frames[i], errs[i])
+		}
+	}
+}
+
+// A forward envelope is always valid UTF-8, so a socket writes it as a
+// text frame without checking it: a payload that is JSON but holds bytes
+// that are not UTF-8 travels as base64.
+func TestEnvelopeIsAlwaysUTF8(t *testing.T) {
+	for _, p := range [][]byte{
+		[]byte("{\"text\":\"caf\xe9\"}"), // valid JSON to encoding/json, not UTF-8
+		[]byte("\xff\xfe"),
+		[]byte(`{"text":"café"}`),
+		[]byte("plain text"),
+		nil,
+	} {
+		env := AppendEnvelope(nil, &abi.Event{Publisher: "p/1", Topic: "t", Seq: 1, Payload: p})
+		if !utf8.Valid(env) {
+			t.Fatalf("envelope of %q is not UTF-8: %q", p, env)
+		}
+		if !json.Valid(env) {
+			t.Fatalf("envelope of %q is not JSON: %q", p, env)
 		}
 	}
 }

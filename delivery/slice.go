@@ -62,8 +62,10 @@ func NewItem(e abi.Event) *Item {
 //	{"type":"event","publisher":"chat/room1","topic":"messages","seq":7,
 //	 "time":1700000000000000000,"payload":{...}}
 //
-// The payload is embedded as JSON when it is JSON, else as a string when it
-// is UTF-8 text, else base64 under "payload_base64".
+// The payload is embedded as JSON when it is JSON in UTF-8, else as a
+// string when it is UTF-8 text, else base64 under "payload_base64". So an
+// envelope is always valid UTF-8, a text frame as it is: a socket writing
+// it checks nothing.
 func AppendEnvelope(dst []byte, e *abi.Event) []byte {
 	dst = append(dst, `{"type":"event","publisher":`...)
 	dst = appendJSONString(dst, e.Publisher)
@@ -74,7 +76,7 @@ func AppendEnvelope(dst []byte, e *abi.Event) []byte {
 	dst = append(dst, `,"time":`...)
 	dst = strconv.AppendInt(dst, e.Time, 10)
 	switch {
-	case len(e.Payload) > 0 && json.Valid(e.Payload):
+	case len(e.Payload) > 0 && utf8.Valid(e.Payload) && json.Valid(e.Payload):
 		dst = append(dst, `,"payload":`...)
 		dst = append(dst, e.Payload...)
 	case utf8.Valid(e.Payload):

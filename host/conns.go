@@ -376,13 +376,14 @@ func (c *conn) handle(req *clientRequest) {
 func (c *conn) writeLoop() {
 	for {
 		var frame []byte
+		text := false // known valid UTF-8 (forward envelopes are)
 		select {
 		case <-c.ctx.Done():
 			return
 		case frame = <-c.ctrl:
 		case it := <-c.inbox:
 			if !c.useEvent {
-				frame = it.Envelope
+				frame, text = it.Envelope, true
 				c.envelopes.Add(1)
 				break
 			}
@@ -407,7 +408,7 @@ func (c *conn) writeLoop() {
 			continue
 		}
 		typ := websocket.MessageText
-		if !utf8.Valid(frame) {
+		if !text && !utf8.Valid(frame) {
 			typ = websocket.MessageBinary
 		}
 		// A cancellable context costs the socket library a timer per
