@@ -32,7 +32,10 @@ type pub struct {
 	stop    context.CancelFunc
 	wmu     sync.Mutex
 	wakes   []time.Time
+	sets    delivery.ConnSets
 }
+
+func (p *pub) ConnSets() *delivery.ConnSets { return &p.sets }
 
 func (p *pub) ID() string { return p.id }
 
@@ -154,8 +157,9 @@ type fakeNet struct {
 	batches  []*delivery.ConnBatch
 	objects  []*delivery.ObjectDelivery
 	ranges   func(*delivery.ObjectDelivery) []abi.Event
-	gates    map[string]*gate  // follower → its deliveries wait here
-	home     map[string]string // follower → the only node that takes its deliveries
+	gates    map[string]*gate                // follower → its deliveries wait here
+	home     map[string]string               // follower → the only node that takes its deliveries
+	copies   map[string]*delivery.EdgeCopies // node → its copies of edge sets
 }
 
 // gate holds a follower's deliveries until open is closed; each delivery
@@ -181,6 +185,7 @@ func newNet() *fakeNet {
 		self: "A", live: map[string]bool{"A": true}, located: map[string]string{},
 		inboxes: map[string]map[string]*inbox{}, received: map[string][]abi.Event{},
 		fail: map[string]int{}, connCall: map[string]int{}, objCall: map[string]int{},
+		copies: map[string]*delivery.EdgeCopies{},
 	}
 }
 
@@ -210,7 +215,10 @@ func (n *fakeNet) Connections(_ context.Context, node string, b *delivery.ConnBa
 	defer n.mu.Unlock()
 	n.connCall[node]++
 	n.batches = append(n.batches, b)
-	return delivery.Slice(b, func(c string) (delivery.Inbox, bool) {
+	if n.copies[node] == nil {
+		n.copies[node] = delivery.NewEdgeCopies(delivery.DefaultEdgeCopies, delivery.DefaultEdgeCopyIdle, delivery.RealClock)
+	}
+	return n.copies[node].Slice(b, func(c string) (delivery.Inbox, bool) {
 		in, ok := n.inboxes[node][c]
 		return in, ok
 	}), nil
@@ -260,11 +268,11 @@ func (n *fakeNet) Object(ctx context.Context, node string, d *delivery.ObjectDel
 
 type nopObs struct{ pruned, dropped, retried int }
 
-func (o *nopObs) ConnBatchSent(string, bool, int, int)       {}
-func (o *nopObs) ObjectDeliverySent(string, bool, int, bool) {}
-func (o *nopObs) Pruned(_ string, n int)                     { o.pruned += n }
-func (o *nopObs) Retried()                                   { o.retried++ }
-func (o *nopObs) Dropped(string, store.Edge, string)         { o.dropped++ }
+func (o *nopObs) ConnBatchSent(string, bool, *delivery.ConnBatch) {}
+func (o *nopObs) ObjectDeliverySent(string, bool, int, bool)      {}
+func (o *nopObs) Pruned(_ string, n int)                          { o.pruned += n }
+func (o *nopObs) Retried()                                        { o.retried++ }
+func (o *nopObs) Dropped(string, store.Edge, string)              { o.dropped++ }
 func newPump(net *fakeNet, clock delivery.Clock) (*delivery.Pump, *nopObs) {
 	cfg := delivery.DefaultConfig()
 	if clock != nil {

@@ -454,10 +454,12 @@ func (n *Node) ensureHome(ctx context.Context, obj ObjectID) error {
 // opConns carries a connection batch to the node of its sockets.
 var opConns = nodeOp("conns", quickWait, (*Node).sliceConns)
 
-// sliceConns is the receiving node's half of a connection batch: slice it
-// into this node's inboxes, report refusals and missing sockets.
+// sliceConns is the receiving node's half of a connection batch: resolve
+// its edge set against the copy this node holds, slice it into this
+// node's inboxes, report refusals and missing sockets (or that the set's
+// base version is unknown here).
 func (n *Node) sliceConns(_ context.Context, b *delivery.ConnBatch) (delivery.ConnResult, error) {
-	return delivery.Slice(b, n.conns.lookup), nil
+	return n.conns.copies.Slice(b, n.conns.lookup), nil
 }
 
 // opDeliver carries an object delivery to the follower's home.
