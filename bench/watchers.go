@@ -253,3 +253,80 @@ func (ws *watchers) close() {
 	}
 	ws.wg.Wait()
 }
+
+// churn is watchers joining and leaving while the messages go out: every
+// tick it dials the due number of new ones (round-robin over the nodes,
+// following the same topic, their frames read and dropped) and closes as
+// many of the oldest once a second's worth are open.
+type churn struct {
+	cancel       context.CancelFunc
+	done         chan struct{}
+	joined, left atomic.Int64
+}
+
+// churnTick is how often churn acts.
+const churnTick = 100 * time.Millisecond
+
+func startChurn(ctx context.Context, urls []string, rate float64, watchers int) *churn {
+	ctx, cancel := context.WithCancel(ctx)
+	ch := &churn{cancel: cancel, done: make(chan struct{})}
+	if rate <= 0 {
+		close(ch.done)
+		return ch
+	}
+	perSec := rate * float64(watchers)
+	keep := max(1, int(perSec))
+	follow := []byte(`{"type":"follow","object":"` + Publisher + `","topic":"messages"}`)
+	go func() {
+		defer close(ch.done)
+		var open []*websocket.Conn
+		defer func() {
+			for _, c := range open {
+				c.CloseNow()
+			}
+		}()
+		t := time.NewTicker(churnTick)
+		defer t.Stop()
+		owed, next := 0.0, 0
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			for owed += perSec * churnTick.Seconds(); owed >= 1; owed-- {
+				url := "ws" + strings.TrimPrefix(urls[next%len(urls)], "http") + "/v1/objects/" + Publisher + "/connect"
+				next++
+				c, err := dialFollow(ctx, url, follow)
+				if err != nil {
+					continue
+				}
+				go discard(c)
+				open = append(open, c)
+				ch.joined.Add(1)
+				if len(open) > keep {
+					open[0].CloseNow()
+					open = open[1:]
+					ch.left.Add(1)
+				}
+			}
+		}
+	}()
+	return ch
+}
+
+// discard reads a churning watcher's frames until it closes.
+func discard(c *websocket.Conn) {
+	for {
+		if _, _, err := c.Read(context.Background()); err != nil {
+			return
+		}
+	}
+}
+
+// stop ends the churn and reports how many joined and left.
+func (ch *churn) stop() (joined, left int64) {
+	ch.cancel()
+	<-ch.done
+	return ch.joined.Load(), ch.left.Load()
+}

@@ -155,11 +155,17 @@ type fakeNet struct {
 	connCall map[string]int               // node → connection batches
 	objCall  map[string]int               // follower → deliveries
 	batches  []*delivery.ConnBatch
-	objects  []*delivery.ObjectDelivery
-	ranges   func(*delivery.ObjectDelivery) []abi.Event
-	gates    map[string]*gate                // follower → its deliveries wait here
-	home     map[string]string               // follower → the only node that takes its deliveries
-	copies   map[string]*delivery.EdgeCopies // node → its copies of edge sets
+	// batchNode is the node each of batches went to.
+	batchNode []string
+	objects   []*delivery.ObjectDelivery
+	ranges    func(*delivery.ObjectDelivery) []abi.Event
+	gates     map[string]*gate                // follower → its deliveries wait here
+	home      map[string]string               // follower → the only node that takes its deliveries
+	copies    map[string]*delivery.EdgeCopies // node → its copies of edge sets
+	// lost: node → connection batches it slices whose reply is lost;
+	// dropped: node → batches lost on the way there.
+	lost, dropped map[string]int
+	results       []delivery.ConnResult // every connection batch's reply
 }
 
 // gate holds a follower's deliveries until open is closed; each delivery
@@ -185,7 +191,7 @@ func newNet() *fakeNet {
 		self: "A", live: map[string]bool{"A": true}, located: map[string]string{},
 		inboxes: map[string]map[string]*inbox{}, received: map[string][]abi.Event{},
 		fail: map[string]int{}, connCall: map[string]int{}, objCall: map[string]int{},
-		copies: map[string]*delivery.EdgeCopies{},
+		copies: map[string]*delivery.EdgeCopies{}, lost: map[string]int{}, dropped: map[string]int{},
 	}
 }
 
@@ -214,14 +220,27 @@ func (n *fakeNet) Connections(_ context.Context, node string, b *delivery.ConnBa
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.connCall[node]++
-	n.batches = append(n.batches, b)
+	// A copy: the pump fills the same batch again for a node that
+	// answered Unknown.
+	cp := *b
+	n.batches, n.batchNode = append(n.batches, &cp), append(n.batchNode, node)
+	if n.dropped[node] > 0 {
+		n.dropped[node]--
+		return delivery.ConnResult{}, errors.New("batch lost")
+	}
 	if n.copies[node] == nil {
 		n.copies[node] = delivery.NewEdgeCopies(delivery.DefaultEdgeCopies, delivery.DefaultEdgeCopyIdle, delivery.RealClock)
 	}
-	return n.copies[node].Slice(b, func(c string) (delivery.Inbox, bool) {
+	res := n.copies[node].Slice(b, func(c string) (delivery.Inbox, bool) {
 		in, ok := n.inboxes[node][c]
 		return in, ok
-	}), nil
+	})
+	n.results = append(n.results, res)
+	if n.lost[node] > 0 {
+		n.lost[node]--
+		return delivery.ConnResult{}, errors.New("reply lost")
+	}
+	return res, nil
 }
 
 func (n *fakeNet) Object(ctx context.Context, node string, d *delivery.ObjectDelivery) (delivery.ObjectResult, error) {
