@@ -64,10 +64,12 @@ type FanoutResult struct {
 	// set (host_connection_batch_whole_sets_total).
 	WholeSetsPerMsg float64 `json:"whole_sets_per_msg"`
 	// Churn is the configured rate; Joined and Left count the churning
-	// watchers that did during the measured messages.
+	// watchers that did, in ChurnS seconds (the warm-up and the measured
+	// messages).
 	Churn  float64 `json:"churn_per_s,omitempty"`
 	Joined int64   `json:"joined,omitempty"`
 	Left   int64   `json:"left,omitempty"`
+	ChurnS float64 `json:"churn_s,omitempty"`
 	// CPUPerMsg is process_cpu_seconds_total over every node process.
 	CPUPerMsg float64 `json:"cpu_s_per_msg"`
 	// ClientCPUPerMsg is the bench process (the watchers' reads).
@@ -155,6 +157,10 @@ func RunFanout(ctx context.Context, cfg FanoutConfig) (*FanoutResult, error) {
 	}
 	w := int64(cfg.Watchers)
 
+	// Churn starts before the warm-up: its pool of watchers is full (as
+	// many leave as join) by the measured messages.
+	ch := startChurn(ctx, urls, cfg.Churn, cfg.Watchers)
+	defer ch.stop()
 	// Warm up: every watcher must see each warm-up message.
 	for i := 0; i < cfg.Warmup; i++ {
 		before := seqMax(ws)
@@ -181,7 +187,6 @@ func RunFanout(ctx context.Context, cfg FanoutConfig) (*FanoutResult, error) {
 	}
 	var ru0, ru1 rusage
 	ru0.read()
-	ch := startChurn(ctx, urls, cfg.Churn, cfg.Watchers)
 	ws.measuring.Store(true)
 	allLat := make([]int64, 0, cfg.Messages)
 	start := time.Now()
@@ -205,7 +210,7 @@ func RunFanout(ctx context.Context, cfg FanoutConfig) (*FanoutResult, error) {
 		progress(stage("publish"), i+1, cfg.Messages)
 	}
 	elapsed := time.Since(start)
-	joined, left := ch.stop()
+	joined, left, churned := ch.stop()
 	ru1.read()
 	time.Sleep(settle)
 	m1, err := cl.Scrape(ctx)
@@ -232,6 +237,7 @@ func RunFanout(ctx context.Context, cfg FanoutConfig) (*FanoutResult, error) {
 		Churn:               cfg.Churn,
 		Joined:              joined,
 		Left:                left,
+		ChurnS:              churned.Seconds(),
 		DialRefusal:         refusal,
 		sample:              deref(ws.sample.Load()),
 	}

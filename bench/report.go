@@ -186,7 +186,7 @@ func (rep *FanoutReport) WriteTable(w io.Writer) {
 	for _, r := range rep.Runs {
 		if r.Churn > 0 {
 			fmt.Fprintf(w, "%s churn: %.3g of the watchers per second asked; %d joined, %d left in %.1f s (%.1f/s); %.2f whole edge sets per message\n",
-				r.Mode, r.Churn, r.Joined, r.Left, r.ElapsedS, float64(r.Joined)/max(r.ElapsedS, 1e-9), r.WholeSetsPerMsg)
+				r.Mode, r.Churn, r.Joined, r.Left, r.ChurnS, float64(r.Joined)/max(r.ChurnS, 1e-9), r.WholeSetsPerMsg)
 		}
 	}
 	if len(rep.Ratios) > 0 {

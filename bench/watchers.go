@@ -261,6 +261,8 @@ func (ws *watchers) close() {
 type churn struct {
 	cancel       context.CancelFunc
 	done         chan struct{}
+	start        time.Time
+	took         time.Duration // set once stopped
 	joined, left atomic.Int64
 }
 
@@ -269,7 +271,7 @@ const churnTick = 100 * time.Millisecond
 
 func startChurn(ctx context.Context, urls []string, rate float64, watchers int) *churn {
 	ctx, cancel := context.WithCancel(ctx)
-	ch := &churn{cancel: cancel, done: make(chan struct{})}
+	ch := &churn{cancel: cancel, done: make(chan struct{}), start: time.Now()}
 	if rate <= 0 {
 		close(ch.done)
 		return ch
@@ -324,9 +326,13 @@ func discard(c *websocket.Conn) {
 	}
 }
 
-// stop ends the churn and reports how many joined and left.
-func (ch *churn) stop() (joined, left int64) {
+// stop ends the churn (again: no-op) and reports how many joined and
+// left, and for how long it ran.
+func (ch *churn) stop() (joined, left int64, took time.Duration) {
 	ch.cancel()
 	<-ch.done
-	return ch.joined.Load(), ch.left.Load()
+	if ch.took == 0 {
+		ch.took = time.Since(ch.start)
+	}
+	return ch.joined.Load(), ch.left.Load(), ch.took
 }

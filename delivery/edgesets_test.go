@@ -323,6 +323,7 @@ func churnDuringBursts(t *testing.T, seed uint64) {
 		node, topic, filter string
 		since               uint64
 		gone                bool
+		had                 int // items when it left
 	}
 	ws := map[string]*watch{}
 	var order []string // watchers in the order they followed
@@ -342,7 +343,7 @@ func churnDuringBursts(t *testing.T, seed uint64) {
 		case op < 5 && len(order) > 0:
 			id := order[rng.IntN(len(order))]
 			if w := ws[id]; !w.gone {
-				w.gone = true
+				w.gone, w.had = true, len(boxes[id].items)
 				if _, err := removeEdge(pb, id); err != nil {
 					t.Fatal(err)
 				}
@@ -381,6 +382,9 @@ func churnDuringBursts(t *testing.T, seed uint64) {
 		// batch meanwhile (then it may miss some: at most once).
 		for id, w := range ws {
 			if w.gone {
+				if n := len(boxes[id].items); n != w.had {
+					t.Fatalf("step %d: %s got %d events after it left", step, id, n-w.had)
+				}
 				continue
 			}
 			f := delivery.MustFilter(w.filter)
@@ -403,5 +407,56 @@ func churnDuringBursts(t *testing.T, seed uint64) {
 				want[id] = got // from here on it is exact again
 			}
 		}
+	}
+}
+
+// An edge removed and followed again by the same connection on the same
+// topic may get its old id back (SQLite reuses the largest rowid): it is
+// another edge, starting at the head, and the node must not keep the old
+// one's cursor and replay what it missed.
+//
+// conformance: D04
+func TestEdgeSetReusedIDIsANewEdge(t *testing.T) {
+	pb := newPub(t)
+	net := newNet()
+	p, _ := newPump(net, nil)
+	keep := net.conn("B", "B.keep", 100)
+	pb.follow(t, abi.FollowerConnection, "B.keep", "B", "m", "")
+	again := net.conn("B", "B.again", 100)
+	first := pb.follow(t, abi.FollowerConnection, "B.again", "B", "m", "")
+	pb.publish(t, "m", `1`)
+	drain(t, p, pb)
+	// Gone and back between two batches to B.
+	if _, err := removeEdge(pb, "B.again"); err != nil {
+		t.Fatal(err)
+	}
+	pb.publish(t, "m", `2`)
+	time.Sleep(time.Millisecond) // another creation time
+	second := pb.follow(t, abi.FollowerConnection, "B.again", "B", "m", "")
+	if second.ID != first.ID {
+		t.Skipf("the store gave a new id (%d, was %d): nothing reused to check", second.ID, first.ID)
+	}
+	pb.publish(t, "m", `3`)
+	drain(t, p, pb)
+	if got := seqs(again.items); !slices.Equal(got, []uint64{1, 3}) {
+		t.Fatalf("the refollowed connection got %v, want [1 3]: nothing replayed down the new edge", got)
+	}
+	if got := seqs(keep.items); !slices.Equal(got, []uint64{1, 2, 3}) {
+		t.Fatalf("the other got %v", got)
+	}
+}
+
+// The batch's cursor raises every edge's: an edge sent with an older
+// cursor (its set unchanged since) is not offered what it has done.
+//
+// conformance: D07 D14
+func TestSliceBatchCursorRaisesEdgeCursors(t *testing.T) {
+	box := &inbox{cap: 10}
+	b := &delivery.ConnBatch{Publisher: "p/1", Cursor: 3,
+		Events: []abi.Event{{Topic: "m", Seq: 2}, {Topic: "m", Seq: 3}, {Topic: "m", Seq: 4}},
+		Edges:  []delivery.ConnEdge{{Edge: 1, Conn: "c", Topic: "m", Cursor: 1}}}
+	delivery.Slice(b, func(string) (delivery.Inbox, bool) { return box, true })
+	if got := seqs(box.items); !slices.Equal(got, []uint64{4}) {
+		t.Fatalf("got %v, want [4]: the batch's cursor 3 is the edge's", got)
 	}
 }
