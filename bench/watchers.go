@@ -256,18 +256,26 @@ func (ws *watchers) close() {
 
 // churn is watchers joining and leaving while the messages go out: every
 // tick it dials the due number of new ones (round-robin over the nodes,
-// following the same topic, their frames read and dropped) and closes as
-// many of the oldest once a second's worth are open.
+// following the same topic, their frames read and dropped; up to
+// churnDials at once, so a slow dial does not hold back the rate) and
+// closes as many of the oldest once a second's worth are open.
 type churn struct {
-	cancel       context.CancelFunc
-	done         chan struct{}
-	start        time.Time
-	took         time.Duration // set once stopped
+	cancel context.CancelFunc
+	done   chan struct{}
+	start  time.Time
+	took   time.Duration // set once stopped
+
+	mu           sync.Mutex // guards open
+	open         []*websocket.Conn
 	joined, left atomic.Int64
 }
 
-// churnTick is how often churn acts.
-const churnTick = 100 * time.Millisecond
+const (
+	// churnTick is how often churn acts.
+	churnTick = 100 * time.Millisecond
+	// churnDials bounds the dials in flight.
+	churnDials = 32
+)
 
 func startChurn(ctx context.Context, urls []string, rate float64, watchers int) *churn {
 	ctx, cancel := context.WithCancel(ctx)
@@ -281,12 +289,14 @@ func startChurn(ctx context.Context, urls []string, rate float64, watchers int) 
 	follow := []byte(`{"type":"follow","object":"` + Publisher + `","topic":"messages"}`)
 	go func() {
 		defer close(ch.done)
-		var open []*websocket.Conn
+		var dials sync.WaitGroup
 		defer func() {
-			for _, c := range open {
+			dials.Wait()
+			for _, c := range ch.open {
 				c.CloseNow()
 			}
 		}()
+		slots := make(chan struct{}, churnDials)
 		t := time.NewTicker(churnTick)
 		defer t.Stop()
 		owed, next := 0.0, 0
@@ -297,24 +307,37 @@ func startChurn(ctx context.Context, urls []string, rate float64, watchers int) 
 			case <-t.C:
 			}
 			for owed += perSec * churnTick.Seconds(); owed >= 1; owed-- {
+				select {
+				case slots <- struct{}{}:
+				default:
+					continue // as many dials in flight as allowed: this one is skipped
+				}
 				url := "ws" + strings.TrimPrefix(urls[next%len(urls)], "http") + "/v1/objects/" + Publisher + "/connect"
 				next++
-				c, err := dialFollow(ctx, url, follow)
-				if err != nil {
-					continue
-				}
-				go discard(c)
-				open = append(open, c)
-				ch.joined.Add(1)
-				if len(open) > keep {
-					open[0].CloseNow()
-					open = open[1:]
-					ch.left.Add(1)
-				}
+				dials.Go(func() {
+					defer func() { <-slots }()
+					if c, err := dialFollow(ctx, url, follow); err == nil {
+						go discard(c)
+						ch.joined.Add(1)
+						ch.add(c, keep)
+					}
+				})
 			}
 		}
 	}()
 	return ch
+}
+
+// add keeps c open and closes the oldest beyond keep.
+func (ch *churn) add(c *websocket.Conn, keep int) {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	ch.open = append(ch.open, c)
+	for len(ch.open) > keep {
+		ch.open[0].CloseNow()
+		ch.open = ch.open[1:]
+		ch.left.Add(1)
+	}
 }
 
 // discard reads a churning watcher's frames until it closes.

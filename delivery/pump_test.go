@@ -72,7 +72,7 @@ func (p *pub) Between(_ context.Context, fn func(*store.Tx) error) error {
 	return tx.Commit()
 }
 
-func newPub(t *testing.T) *pub {
+func newPub(t testing.TB) *pub {
 	t.Helper()
 	f, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "pub.db"), store.SyncNormal)
 	if err != nil {
@@ -88,7 +88,7 @@ func newPub(t *testing.T) *pub {
 	return p
 }
 
-func (p *pub) publish(t *testing.T, topic string, payloads ...string) {
+func (p *pub) publish(t testing.TB, topic string, payloads ...string) {
 	t.Helper()
 	err := p.Between(context.Background(), func(tx *store.Tx) error {
 		for _, pl := range payloads {
@@ -103,7 +103,7 @@ func (p *pub) publish(t *testing.T, topic string, payloads ...string) {
 	}
 }
 
-func (p *pub) follow(t *testing.T, kind abi.FollowerKind, follower, node, topic, filter string) store.Edge {
+func (p *pub) follow(t testing.TB, kind abi.FollowerKind, follower, node, topic, filter string) store.Edge {
 	t.Helper()
 	var e store.Edge
 	err := p.Between(context.Background(), func(tx *store.Tx) error {
