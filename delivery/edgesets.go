@@ -28,6 +28,9 @@ type ConnSets struct {
 	gen     uint64 // the edges generation nodes was built from
 	nodes   []*nodeEdges
 	acks    map[string]setAck // node → the set it holds
+	// old are the nodes of an earlier version: they read only whole,
+	// unversioned batches (ErrUnversioned).
+	old map[string]bool
 }
 
 // edgeSet is one node's connection edges at one version. It is never
@@ -131,6 +134,11 @@ func (s *ConnSets) nodesFor(gen uint64, all []store.Edge) []*nodeEdges {
 			delete(s.acks, node)
 		}
 	}
+	for node := range s.old {
+		if byNode[node] == nil {
+			delete(s.old, node)
+		}
+	}
 	s.gen, s.nodes = gen, nodes
 	return nodes
 }
@@ -187,14 +195,23 @@ func (ne *nodeEdges) due(all []store.Edge) nodeDue {
 
 // describe fills b's edges for node: nothing but the version when the
 // node holds set, the changes since the set it holds, or the whole set
-// when it holds none this session knows of.
+// when it holds none this session knows of; for a node of an earlier
+// version, the whole set in the unversioned form.
 func (s *ConnSets) describe(b *ConnBatch, node string, set *edgeSet) {
 	s.mu.Lock()
 	ack, ok := s.acks[node]
-	session := s.session
+	session, old := s.session, s.old[node]
 	s.mu.Unlock()
 	b.Edges, b.Removed = nil, nil
 	switch {
+	case old:
+		// The form before versions: every edge with its own cursor.
+		b.Edges = make([]ConnEdge, len(set.edges))
+		for i, e := range set.edges {
+			e.Cursor = max(e.Cursor, b.Cursor)
+			b.Edges[i] = e
+		}
+		b.Cursor, b.Set = 0, SetVersion{}
 	case !ok:
 		b.Edges = set.edges
 		b.Set = SetVersion{Session: session, Version: set.version}
@@ -213,6 +230,17 @@ func (s *ConnSets) whole(b *ConnBatch, node string, set *edgeSet) {
 	delete(s.acks, node)
 	s.mu.Unlock()
 	s.describe(b, node, set)
+}
+
+// unversioned records that node reads only unversioned batches.
+func (s *ConnSets) unversioned(node string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.old == nil {
+		s.old = map[string]bool{}
+	}
+	s.old[node] = true
+	delete(s.acks, node)
 }
 
 // acked records that node holds set under epoch. A set the node no

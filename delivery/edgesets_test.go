@@ -460,3 +460,58 @@ func TestSliceBatchCursorRaisesEdgeCursors(t *testing.T) {
 		t.Fatalf("got %v, want [4]: the batch's cursor 3 is the edge's", got)
 	}
 }
+
+// oldNode is a node of the version before edge sets were versioned: its
+// decoder takes a batch that ends after the edges and refuses anything
+// after them (as a bad request, which the host's transport reports as
+// ErrUnversioned); it slices what it takes. Called with n.mu held.
+func (n *fakeNet) oldNode(node string, b *delivery.ConnBatch) (delivery.ConnResult, error) {
+	bare := *b
+	bare.Removed, bare.Cursor, bare.Set = nil, 0, delivery.SetVersion{}
+	if len(delivery.AppendConnBatch(nil, b)) != len(delivery.AppendConnBatch(nil, &bare)) {
+		return delivery.ConnResult{}, fmt.Errorf("%w: bad request: malformed conns request", delivery.ErrUnversioned)
+	}
+	return delivery.Slice(b, func(c string) (delivery.Inbox, bool) {
+		in, ok := n.inboxes[node][c]
+		return in, ok
+	}), nil
+}
+
+// A node of the earlier version (mixed versions during a rolling
+// upgrade) cannot read a versioned batch: it gets the same batch whole
+// and unversioned at once, and only that form afterwards, each edge with
+// its own cursor (nothing replayed down an edge made at the head).
+//
+// conformance: D04 D24
+func TestEdgeSetOldNodeGetsUnversionedBatches(t *testing.T) {
+	pb := newPub(t)
+	net := newNet()
+	p, _ := newPump(net, nil)
+	in := remoteWatchers(t, pb, net, 6) // B.1, B.4 on B
+	net.old["B"] = true
+	pb.publish(t, "m", `"1"`)
+	drain(t, p, pb)
+	if net.connCall["B"] != 2 {
+		t.Fatalf("%d batches to the old node, want the versioned one refused and the same again unversioned", net.connCall["B"])
+	}
+	pb.publish(t, "m", `"2"`)
+	in["B.7"] = net.conn("B", "B.7", 100)
+	pb.follow(t, abi.FollowerConnection, "B.7", "B", "m", "")
+	pb.publish(t, "m", `"3"`)
+	k := len(net.batches)
+	drain(t, p, pb)
+	for i, b := range net.batches[k:] {
+		if net.batchNode[k+i] == "B" && (b.Set != delivery.SetVersion{} || b.Cursor != 0 || len(b.Edges) != 3) {
+			t.Fatalf("batch to the old node %+v: want every edge, unversioned", b)
+		}
+	}
+	if net.connCall["B"] != 3 {
+		t.Fatalf("%d batches to the old node, want one more", net.connCall["B"])
+	}
+	want := map[string][]uint64{"B.1": {1, 2, 3}, "B.4": {1, 2, 3}, "B.7": {3}, "C.2": {1, 2, 3}, "A.0": {1, 2, 3}}
+	for id, w := range want {
+		if got := seqs(in[id].items); !slices.Equal(got, w) {
+			t.Errorf("%s got %v, want %v", id, got, w)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package delivery
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 
@@ -99,10 +100,17 @@ func (f byNode) batch(ctx context.Context, r *connRound, d *nodeDue, local bool)
 		r.sets.describe(b, d.node, d.set)
 	}
 	res, err := f.call(ctx, d.node, local, b)
-	if err == nil && res.Unknown && !local {
+	switch {
+	case err == nil && res.Unknown && !local:
 		// The node holds no set this session knows: it gets the whole
 		// set, in this round.
 		r.sets.whole(b, d.node, d.set)
+		res, err = f.call(ctx, d.node, local, b)
+	case errors.Is(err, ErrUnversioned):
+		// A node of an earlier version: it gets whole, unversioned
+		// batches from now on, this one again at once.
+		r.sets.unversioned(d.node)
+		r.sets.describe(b, d.node, d.set)
 		res, err = f.call(ctx, d.node, local, b)
 	}
 	if err != nil {

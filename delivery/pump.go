@@ -264,6 +264,10 @@ type ObjectResult struct {
 // asked is not its home, is gone or stopping, or the follower is being
 // taken over. Such a failure backs off like a follower that cannot be
 // located and is not counted toward the drop (D20); any other failure is.
+//
+// Connections' error wraps ErrUnversioned when the node could not read a
+// versioned batch: it runs an earlier version, which takes only whole,
+// unversioned ones.
 type Transport interface {
 	Connections(ctx context.Context, node string, b *ConnBatch) (ConnResult, error)
 	Object(ctx context.Context, node string, d *ObjectDelivery) (ObjectResult, error)
@@ -271,6 +275,10 @@ type Transport interface {
 
 // ErrUnplaced marks a delivery failure of placement: see Transport.
 var ErrUnplaced = errors.New("follower not placed")
+
+// ErrUnversioned marks a connection batch the node could not read because
+// it was versioned: see Transport.
+var ErrUnversioned = errors.New("node takes only unversioned connection batches")
 
 // Membership answers which nodes exist and where objects live.
 type Membership interface {

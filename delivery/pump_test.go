@@ -165,7 +165,9 @@ type fakeNet struct {
 	// lost: node → connection batches it slices whose reply is lost;
 	// dropped: node → batches lost on the way there.
 	lost, dropped map[string]int
-	results       []delivery.ConnResult // every connection batch's reply
+	// old: nodes of the version before edge sets were versioned.
+	old     map[string]bool
+	results []delivery.ConnResult // every connection batch's reply
 }
 
 // gate holds a follower's deliveries until open is closed; each delivery
@@ -191,7 +193,7 @@ func newNet() *fakeNet {
 		self: "A", live: map[string]bool{"A": true}, located: map[string]string{},
 		inboxes: map[string]map[string]*inbox{}, received: map[string][]abi.Event{},
 		fail: map[string]int{}, connCall: map[string]int{}, objCall: map[string]int{},
-		copies: map[string]*delivery.EdgeCopies{}, lost: map[string]int{}, dropped: map[string]int{},
+		copies: map[string]*delivery.EdgeCopies{}, lost: map[string]int{}, dropped: map[string]int{}, old: map[string]bool{},
 	}
 }
 
@@ -227,6 +229,9 @@ func (n *fakeNet) Connections(_ context.Context, node string, b *delivery.ConnBa
 	if n.dropped[node] > 0 {
 		n.dropped[node]--
 		return delivery.ConnResult{}, errors.New("batch lost")
+	}
+	if n.old[node] {
+		return n.oldNode(node, b)
 	}
 	if n.copies[node] == nil {
 		n.copies[node] = delivery.NewEdgeCopies(delivery.DefaultEdgeCopies, delivery.DefaultEdgeCopyIdle, delivery.RealClock)

@@ -486,7 +486,13 @@ func (n *Node) rangeLocal(ctx context.Context, d *delivery.ObjectDelivery) ([]ab
 type remoteTransport struct{ n *Node }
 
 func (t remoteTransport) Connections(ctx context.Context, node string, b *delivery.ConnBatch) (delivery.ConnResult, error) {
-	return opConns.on(ctx, t.n, node, b)
+	res, err := opConns.on(ctx, t.n, node, b)
+	if errors.Is(err, ErrBadRequest) && (b.Set != delivery.SetVersion{} || b.Cursor != 0) {
+		// A node of an earlier version cannot decode what follows the
+		// edges: it is sent the unversioned form.
+		err = fmt.Errorf("%w: %w", delivery.ErrUnversioned, err)
+	}
+	return res, err
 }
 
 func (t remoteTransport) Object(ctx context.Context, node string, d *delivery.ObjectDelivery) (delivery.ObjectResult, error) {
