@@ -55,6 +55,12 @@ func checkFanout(t *testing.T, nodes, watchers, messages int, limit time.Duratio
 	if r.FramesPerMsg != float64(watchers) {
 		t.Errorf("socket frames per message = %v, want %d", r.FramesPerMsg, watchers)
 	}
+	// A steady batch carries its node's edge set by version, not edge by
+	// edge: the bytes follow the events and the nodes, not the watchers
+	// (issue 17's aim).
+	if limit := 2*r.EventBytesPerMsg + 64*float64(nodes); r.BytesPerMsg > limit || r.WholeSetsPerMsg != 0 {
+		t.Errorf("%v bytes per message (%v event, %v edge; %v whole sets): want at most %v", r.BytesPerMsg, r.EventBytesPerMsg, r.EdgeBytesPerMsg, r.WholeSetsPerMsg, limit)
+	}
 }
 
 // buildHost builds the host binary into dir.

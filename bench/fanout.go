@@ -22,8 +22,13 @@ type FanoutConfig struct {
 	Warmup int
 	// Timeout bounds the wait for one message to reach every watcher
 	// (default 60 s); a message that misses it counts its missing frames.
-	Timeout   time.Duration
-	Mode      string
+	Timeout time.Duration
+	Mode    string
+	// Churn, when positive, has watchers join and leave during the
+	// measured messages: this fraction of Watchers per second each way
+	// (0.01: 1%), as extra sockets following the same topic beside the
+	// measured ones, so the edge sets the batches carry keep changing.
+	Churn     float64
 	LeaseTTL  time.Duration
 	LogLevel  string
 	Dir       string // "" = temporary
@@ -50,6 +55,21 @@ type FanoutResult struct {
 	RemoteBatchesPerMsg float64 `json:"remote_batches_per_msg"`
 	// BytesPerMsg is host_internode_bytes_total of the same kind.
 	BytesPerMsg float64 `json:"bytes_per_msg"`
+	// EventBytesPerMsg and EdgeBytesPerMsg split the remote connection
+	// batches' bytes (host_connection_batch_bytes_total): the publisher
+	// and events, and the edge sets (versions, changes or whole sets).
+	EventBytesPerMsg float64 `json:"event_bytes_per_msg"`
+	EdgeBytesPerMsg  float64 `json:"edge_bytes_per_msg"`
+	// WholeSetsPerMsg: remote batches that carried a node's whole edge
+	// set (host_connection_batch_whole_sets_total).
+	WholeSetsPerMsg float64 `json:"whole_sets_per_msg"`
+	// Churn is the configured rate; Joined and Left count the churning
+	// watchers that did, in ChurnS seconds (the warm-up and the measured
+	// messages).
+	Churn  float64 `json:"churn_per_s,omitempty"`
+	Joined int64   `json:"joined,omitempty"`
+	Left   int64   `json:"left,omitempty"`
+	ChurnS float64 `json:"churn_s,omitempty"`
 	// CPUPerMsg is process_cpu_seconds_total over every node process.
 	CPUPerMsg float64 `json:"cpu_s_per_msg"`
 	// ClientCPUPerMsg is the bench process (the watchers' reads).
@@ -137,6 +157,10 @@ func RunFanout(ctx context.Context, cfg FanoutConfig) (*FanoutResult, error) {
 	}
 	w := int64(cfg.Watchers)
 
+	// Churn starts before the warm-up: its pool of watchers is full (as
+	// many leave as join) by the measured messages.
+	ch := startChurn(ctx, urls, cfg.Churn, cfg.Watchers)
+	defer ch.stop()
 	// Warm up: every watcher must see each warm-up message.
 	for i := 0; i < cfg.Warmup; i++ {
 		before := seqMax(ws)
@@ -186,6 +210,7 @@ func RunFanout(ctx context.Context, cfg FanoutConfig) (*FanoutResult, error) {
 		progress(stage("publish"), i+1, cfg.Messages)
 	}
 	elapsed := time.Since(start)
+	joined, left, churned := ch.stop()
 	ru1.read()
 	time.Sleep(settle)
 	m1, err := cl.Scrape(ctx)
@@ -209,6 +234,10 @@ func RunFanout(ctx context.Context, cfg FanoutConfig) (*FanoutResult, error) {
 		OutOfOrder:          ws.outOfOrder.Load(),
 		Notices:             ws.notices.Load(),
 		DialRetries:         retries,
+		Churn:               cfg.Churn,
+		Joined:              joined,
+		Left:                left,
+		ChurnS:              churned.Seconds(),
 		DialRefusal:         refusal,
 		sample:              deref(ws.sample.Load()),
 	}
@@ -218,6 +247,9 @@ func RunFanout(ctx context.Context, cfg FanoutConfig) (*FanoutResult, error) {
 	}
 	r.InterNodePerMsg = Delta(m0, m1, "host_internode_calls_total", kind) / msgs
 	r.BytesPerMsg = Delta(m0, m1, "host_internode_bytes_total", kind) / msgs
+	r.EventBytesPerMsg = Delta(m0, m1, "host_connection_batch_bytes_total", `part="events"`) / msgs
+	r.EdgeBytesPerMsg = Delta(m0, m1, "host_connection_batch_bytes_total", `part="edges"`) / msgs
+	r.WholeSetsPerMsg = Delta(m0, m1, "host_connection_batch_whole_sets_total") / msgs
 
 	// Close the sockets (the readers stop) before reading their slices.
 	cl.Close()

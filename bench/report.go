@@ -171,18 +171,24 @@ func (rep *FanoutReport) WriteTable(w io.Writer) {
 		fmt.Fprintf(w, "workload: %d node processes, %d watchers (round-robin), %d messages closed loop\n\n", r.Nodes, r.Watchers, r.Messages)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "mode\tnodes w/ sockets\tsends/msg\tinter-node/msg\tbytes/msg\tnode CPU s/msg\tclient CPU s/msg\tp50\tp99\tp999\tall p99\tdeliveries/s\tdelivered\tout of order\t")
+	fmt.Fprintln(tw, "mode\tnodes w/ sockets\tsends/msg\tinter-node/msg\tbytes/msg\tevent B/msg\tedge B/msg\tnode CPU s/msg\tclient CPU s/msg\tp50\tp99\tp999\tall p99\tdeliveries/s\tdelivered\tout of order\t")
 	for _, r := range rep.Runs {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%.4f\t%.4f\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%d\t\n",
-			r.Mode, r.NodesWithSockets, num(r.SendsPerMsg), num(r.InterNodePerMsg), num(r.BytesPerMsg),
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%.4f\t%.4f\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%d\t\n",
+			r.Mode, r.NodesWithSockets, num(r.SendsPerMsg), num(r.InterNodePerMsg), num(r.BytesPerMsg), num(r.EventBytesPerMsg), num(r.EdgeBytesPerMsg),
 			r.CPUPerMsg, r.ClientCPUPerMsg, ms(r.P50Ms), ms(r.P99Ms), ms(r.P999Ms), ms(r.AllP99Ms),
 			num(r.DeliveriesPerSec), r.Delivered, r.Expected, r.OutOfOrder)
 	}
 	if r := rep.Raw; r != nil {
-		fmt.Fprintf(tw, "raw ceiling (1 process)\t\t\t\t\t\t%.4f\t%s\t%s\t%s\t%s\t%s\t%d/%d\t\t\n",
+		fmt.Fprintf(tw, "raw ceiling (1 process)\t\t\t\t\t\t\t\t%.4f\t%s\t%s\t%s\t%s\t%s\t%d/%d\t\t\n",
 			r.CPUPerRound, ms(r.P50Ms), ms(r.P99Ms), ms(r.P999Ms), ms(r.AllP99Ms), num(r.FramesPerSec), r.Rounds*r.Sockets, r.Rounds*r.Sockets)
 	}
 	tw.Flush()
+	for _, r := range rep.Runs {
+		if r.Churn > 0 {
+			fmt.Fprintf(w, "%s churn: %.3g of the watchers per second asked; %d joined, %d left in %.1f s (%.1f/s); %.2f whole edge sets per message\n",
+				r.Mode, r.Churn, r.Joined, r.Left, r.ChurnS, float64(r.Joined)/max(r.ChurnS, 1e-9), r.WholeSetsPerMsg)
+		}
+	}
 	if len(rep.Ratios) > 0 {
 		fmt.Fprintln(w)
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)

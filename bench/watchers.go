@@ -253,3 +253,109 @@ func (ws *watchers) close() {
 	}
 	ws.wg.Wait()
 }
+
+// churn is watchers joining and leaving while the messages go out: every
+// tick it dials the due number of new ones (round-robin over the nodes,
+// following the same topic, their frames read and dropped; up to
+// churnDials at once, so a slow dial does not hold back the rate) and
+// closes as many of the oldest once a second's worth are open.
+type churn struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	start  time.Time
+	took   time.Duration // set once stopped
+
+	mu           sync.Mutex // guards open
+	open         []*websocket.Conn
+	joined, left atomic.Int64
+}
+
+const (
+	// churnTick is how often churn acts.
+	churnTick = 100 * time.Millisecond
+	// churnDials bounds the dials in flight.
+	churnDials = 32
+)
+
+func startChurn(ctx context.Context, urls []string, rate float64, watchers int) *churn {
+	ctx, cancel := context.WithCancel(ctx)
+	ch := &churn{cancel: cancel, done: make(chan struct{}), start: time.Now()}
+	if rate <= 0 {
+		close(ch.done)
+		return ch
+	}
+	perSec := rate * float64(watchers)
+	keep := max(1, int(perSec))
+	follow := []byte(`{"type":"follow","object":"` + Publisher + `","topic":"messages"}`)
+	go func() {
+		defer close(ch.done)
+		var dials sync.WaitGroup
+		defer func() {
+			dials.Wait()
+			for _, c := range ch.open {
+				c.CloseNow()
+			}
+		}()
+		slots := make(chan struct{}, churnDials)
+		t := time.NewTicker(churnTick)
+		defer t.Stop()
+		owed, next := 0.0, 0
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			for owed += perSec * churnTick.Seconds(); owed >= 1; owed-- {
+				select {
+				case slots <- struct{}{}:
+				default:
+					continue // as many dials in flight as allowed: this one is skipped
+				}
+				url := "ws" + strings.TrimPrefix(urls[next%len(urls)], "http") + "/v1/objects/" + Publisher + "/connect"
+				next++
+				dials.Go(func() {
+					defer func() { <-slots }()
+					if c, err := dialFollow(ctx, url, follow); err == nil {
+						go discard(c)
+						ch.joined.Add(1)
+						ch.add(c, keep)
+					}
+				})
+			}
+		}
+	}()
+	return ch
+}
+
+// add keeps c open and closes the oldest beyond keep.
+func (ch *churn) add(c *websocket.Conn, keep int) {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	ch.open = append(ch.open, c)
+	for len(ch.open) > keep {
+		ch.open[0].CloseNow()
+		ch.open = ch.open[1:]
+		ch.left.Add(1)
+	}
+}
+
+// discard reads a churning watcher's frames until it closes.
+func discard(c *websocket.Conn) {
+	for {
+		if _, _, err := c.Read(context.Background()); err != nil {
+			return
+		}
+	}
+}
+
+// stop ends the churn (again: no-op) and reports how many joined and
+// left, and for how long it ran.
+func (ch *churn) stop() (joined, left int64, took time.Duration) {
+	ch.cancel()
+	<-ch.done
+	if ch.took == 0 {
+		ch.took = time.Since(ch.start)
+	}
+	return ch.joined.Load(), ch.left.Load(), ch.took
+}

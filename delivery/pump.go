@@ -82,20 +82,26 @@ type Config struct {
 	MaxAttempts int
 	BatchEvents int
 	BatchBytes  int
-	Clock       Clock
+	// EdgeCopies and EdgeCopyIdle bound the publishers' edge sets a
+	// receiving node keeps (EdgeCopies): how many, and how long unused.
+	EdgeCopies   int
+	EdgeCopyIdle time.Duration
+	Clock        Clock
 }
 
 // DefaultConfig returns the seed's numbers.
 func DefaultConfig() Config {
 	return Config{
-		FanOut:      FanOutNode,
-		Inbox:       DefaultInbox,
-		InlineLimit: DefaultInlineLimit,
-		RetryBase:   DefaultRetryBase,
-		MaxAttempts: DefaultMaxAttempts,
-		BatchEvents: DefaultBatchEvents,
-		BatchBytes:  DefaultBatchBytes,
-		Clock:       RealClock,
+		FanOut:       FanOutNode,
+		Inbox:        DefaultInbox,
+		InlineLimit:  DefaultInlineLimit,
+		RetryBase:    DefaultRetryBase,
+		MaxAttempts:  DefaultMaxAttempts,
+		BatchEvents:  DefaultBatchEvents,
+		BatchBytes:   DefaultBatchBytes,
+		EdgeCopies:   DefaultEdgeCopies,
+		EdgeCopyIdle: DefaultEdgeCopyIdle,
+		Clock:        RealClock,
 	}
 }
 
@@ -105,7 +111,7 @@ func (c Config) Validate() error {
 	if c.Inbox < 1 {
 		errs = append(errs, errors.New("inbox must hold at least 1 item"))
 	}
-	if c.InlineLimit < 0 || c.RetryBase <= 0 || c.MaxAttempts < 1 || c.BatchEvents < 1 || c.BatchBytes < 1 {
+	if c.InlineLimit < 0 || c.RetryBase <= 0 || c.MaxAttempts < 1 || c.BatchEvents < 1 || c.BatchBytes < 1 || c.EdgeCopies < 1 || c.EdgeCopyIdle <= 0 {
 		errs = append(errs, errors.New("delivery limits must be positive"))
 	}
 	if c.Clock == nil {
@@ -148,12 +154,44 @@ type ConnEdge struct {
 	Filter string `json:"filter,omitempty"`
 }
 
-// ConnBatch is what a node holding connections gets for one pump round: the
-// due events once, in publish order, beside every edge on that node.
+// ConnBatch is what a node holding connections gets for one pump round:
+// the due events once, in publish order, and the node's connection edges.
+// The edges travel in one of two forms. Unversioned (Set zero), Edges is
+// every edge on the node: the local node's batches and the baselines'.
+// Versioned, the receiving node keeps the publisher's edge set for its
+// sockets (EdgeCopies) and the batch names the set's version: Edges is the
+// whole set when Set.Base is 0, else the edges added or changed since the
+// version Base, and Removed the ids removed since; a steady set costs a
+// few bytes per batch however many watchers the node has.
 type ConnBatch struct {
 	Publisher string      `json:"publisher"`
 	Events    []abi.Event `json:"events"`
 	Edges     []ConnEdge  `json:"edges"`
+	Removed   []int64     `json:"removed,omitempty"`
+	// Cursor is a seq every edge of the node has done: an edge's cursor is
+	// the larger of its own (as last sent) and this. The connection
+	// cursors move together (store.Tx.AdvanceConnections), so one value
+	// carries them all.
+	Cursor uint64     `json:"cursor,omitempty"`
+	Set    SetVersion `json:"set,omitzero"`
+}
+
+// SetVersion names a version of a publisher's connection edge set on one
+// node. Versions are numbered by the publisher's home within a session
+// (a random nonce per ConnSets: a new home, or the publisher active again,
+// starts a new one) and acknowledged under the receiving node's epoch (a
+// random nonce per EdgeCopies: a restarted node has a new one), so
+// neither side mistakes an old version for a current one.
+type SetVersion struct {
+	// Epoch is the receiving node's epoch the sender last heard (0: none).
+	Epoch   uint64 `json:"epoch,omitempty"`
+	Session uint64 `json:"session,omitempty"`
+	// Base is the version Edges and Removed change; 0: Edges is the
+	// whole set.
+	Base uint64 `json:"base,omitempty"`
+	// Version is the set's version once the batch is applied; 0: the
+	// batch is unversioned.
+	Version uint64 `json:"version,omitempty"`
 }
 
 // ConnResult is the receiving node's report.
@@ -163,6 +201,13 @@ type ConnResult struct {
 	Refused []string `json:"refused,omitempty"`
 	// Gone are connections the node no longer has.
 	Gone []string `json:"gone,omitempty"`
+	// Epoch is the receiving node's EdgeCopies epoch: a versioned set it
+	// acknowledges is held under it.
+	Epoch uint64 `json:"epoch,omitempty"`
+	// Unknown: the node does not hold the batch's base version (it
+	// restarted, evicted the set or missed a change) and sliced nothing;
+	// the sender sends the whole set.
+	Unknown bool `json:"unknown,omitempty"`
 }
 
 // ObjectDelivery is one delivery down one object edge: its events inline, or
@@ -219,6 +264,10 @@ type ObjectResult struct {
 // asked is not its home, is gone or stopping, or the follower is being
 // taken over. Such a failure backs off like a follower that cannot be
 // located and is not counted toward the drop (D20); any other failure is.
+//
+// Connections' error wraps ErrUnversioned when the node could not read a
+// versioned batch: it runs an earlier version, which takes only whole,
+// unversioned ones.
 type Transport interface {
 	Connections(ctx context.Context, node string, b *ConnBatch) (ConnResult, error)
 	Object(ctx context.Context, node string, d *ObjectDelivery) (ObjectResult, error)
@@ -226,6 +275,10 @@ type Transport interface {
 
 // ErrUnplaced marks a delivery failure of placement: see Transport.
 var ErrUnplaced = errors.New("follower not placed")
+
+// ErrUnversioned marks a connection batch the node could not read because
+// it was versioned: see Transport.
+var ErrUnversioned = errors.New("node takes only unversioned connection batches")
 
 // Membership answers which nodes exist and where objects live.
 type Membership interface {
@@ -248,11 +301,16 @@ type Publisher interface {
 	Go(f func(ctx context.Context)) bool
 	// Wake asks for a round at t (a follower's lane ended in a backoff).
 	Wake(t time.Time)
+	// ConnSets is the publisher's memory of the connection edge sets its
+	// nodes hold: the same for as long as it is active here.
+	ConnSets() *ConnSets
 }
 
 // Observer counts what the pump does.
 type Observer interface {
-	ConnBatchSent(node string, local bool, events, edges int)
+	// ConnBatchSent is called for each connection batch sent, again for
+	// one sent again whole to a node that answered Unknown.
+	ConnBatchSent(node string, local bool, b *ConnBatch)
 	ObjectDeliverySent(node string, local bool, events int, ranged bool)
 	Pruned(reason string, edges int)
 	Retried()
@@ -346,16 +404,16 @@ func (p *Pump) Round(ctx context.Context, pub Publisher) (bool, time.Time, error
 		return true, time.Time{}, nil
 	}
 	next := p.startLanes(pub, r.followers, now)
-	if len(r.conns) == 0 || len(r.events) == 0 {
+	if len(r.nodes) == 0 || len(r.events) == 0 {
 		return false, next, nil
 	}
-	return true, next, p.connectionRound(ctx, pub, r.conns, r.events)
+	return true, next, p.connectionRound(ctx, pub, r.nodes, r.events)
 }
 
 // roundRead is what a round's read found.
 type roundRead struct {
-	conns     []store.Edge // connection edges behind the head
-	events    []abi.Event  // one batch of the log from their lowest cursor
+	nodes     []nodeDue   // the nodes with connection edges behind the head
+	events    []abi.Event // one batch of the log from their lowest cursor
 	followers map[string]followerDue
 	// pruned: the edges of connections on gone nodes were removed
 	// instead, and nothing else was read.
@@ -364,7 +422,7 @@ type roundRead struct {
 
 // read is a round's one transaction: it prunes the connections whose node
 // is gone (due or not) and reads nothing more if there were any; else it
-// splits the edges into the connection edges behind the head and the
+// finds the nodes whose connection edges are behind the head and the
 // object followers' state, and reads the events the connection edges are
 // owed.
 func (p *Pump) read(ctx context.Context, pub Publisher) (roundRead, error) {
@@ -378,16 +436,20 @@ func (p *Pump) read(ctx context.Context, pub Publisher) (roundRead, error) {
 		if err != nil {
 			return err
 		}
-		if r.pruned, err = p.pruneGoneNodes(tx, all); r.pruned || err != nil {
+		nodes := pub.ConnSets().nodesFor(tx.EdgesGeneration(), all)
+		if r.pruned, err = p.pruneGoneNodes(tx, nodes); r.pruned || err != nil {
 			return err
 		}
-		r.conns, r.followers = splitEdges(all, head)
-		if len(r.conns) == 0 {
-			return nil
+		r.followers = objectFollowers(all, head)
+		after := uint64(math.MaxUint64)
+		for _, ne := range nodes {
+			if d := ne.due(all); d.after < head {
+				r.nodes = append(r.nodes, d)
+				after = min(after, d.after)
+			}
 		}
-		after := r.conns[0].Cursor
-		for _, e := range r.conns {
-			after = min(after, e.Cursor)
+		if len(r.nodes) == 0 {
+			return nil
 		}
 		r.events, err = tx.Read(store.Query{After: after, Limit: p.cfg.BatchEvents, MaxBytes: p.cfg.BatchBytes})
 		return err
@@ -397,11 +459,11 @@ func (p *Pump) read(ctx context.Context, pub Publisher) (roundRead, error) {
 
 // pruneGoneNodes removes every edge of a connection whose node is gone:
 // the connection is gone too. It reports whether there were any.
-func (p *Pump) pruneGoneNodes(tx *store.Tx, all []store.Edge) (bool, error) {
+func (p *Pump) pruneGoneNodes(tx *store.Tx, nodes []*nodeEdges) (bool, error) {
 	var dead []string
-	for _, e := range all {
-		if e.Kind == abi.FollowerConnection && !p.members.Live(e.Node) {
-			dead = append(dead, e.Follower)
+	for _, ne := range nodes {
+		if !p.members.Live(ne.node) {
+			dead = append(dead, conns(ne.set)...)
 		}
 	}
 	if len(dead) == 0 {
@@ -419,16 +481,20 @@ func (p *Pump) pruneGoneNodes(tx *store.Tx, all []store.Edge) (bool, error) {
 	return true, nil
 }
 
-// splitEdges returns the connection edges behind head and, by follower,
-// the delivery state of the object followers.
-func splitEdges(all []store.Edge, head uint64) ([]store.Edge, map[string]followerDue) {
-	conns := make([]store.Edge, 0, len(all))
+func conns(set *edgeSet) []string {
+	out := make([]string, len(set.edges))
+	for i, e := range set.edges {
+		out[i] = e.Conn
+	}
+	return out
+}
+
+// objectFollowers returns, by follower, the delivery state of the object
+// followers.
+func objectFollowers(all []store.Edge, head uint64) map[string]followerDue {
 	var followers map[string]followerDue
 	for _, e := range all {
-		if e.Kind == abi.FollowerConnection {
-			if e.Cursor < head {
-				conns = append(conns, e)
-			}
+		if e.Kind != abi.FollowerObject {
 			continue
 		}
 		if followers == nil {
@@ -439,7 +505,7 @@ func splitEdges(all []store.Edge, head uint64) ([]store.Edge, map[string]followe
 		f.due = max(f.due, e.NextDue)
 		followers[e.Follower] = f
 	}
-	return conns, followers
+	return followers
 }
 
 // startLanes starts the lane of each follower due at now that has none
@@ -482,40 +548,20 @@ func (p *Pump) startLanes(pub Publisher, followers map[string]followerDue, now t
 
 // connectionRound sends the events to every connection edge, one batch per
 // node (or as the fan-out baseline does), and records that they advanced.
-func (p *Pump) connectionRound(ctx context.Context, pub Publisher, due []store.Edge, events []abi.Event) error {
-	groups, prune := p.partition(due)
-	prune = append(prune, p.fanout.send(ctx, pub.ID(), groups, events)...)
+// A connection whose node went since the read is gone too: it is pruned
+// instead.
+func (p *Pump) connectionRound(ctx context.Context, pub Publisher, due []nodeDue, events []abi.Event) error {
+	r := &connRound{pub: pub.ID(), sets: pub.ConnSets(), events: events, nodes: due[:0:0]}
+	var prune []string
+	for _, d := range due {
+		if p.members.Live(d.node) {
+			r.nodes = append(r.nodes, d)
+		} else {
+			prune = append(prune, conns(d.set)...)
+		}
+	}
+	prune = append(prune, p.fanout.send(ctx, r)...)
 	return p.record(ctx, pub, prune, events[len(events)-1].Seq)
-}
-
-// partition groups the due connection edges by node. A connection whose
-// node is gone for good is gone too: it is returned to prune instead.
-func (p *Pump) partition(due []store.Edge) (map[string][]store.Edge, []string) {
-	var gone []string
-	groups := map[string][]store.Edge{}
-	perNode := map[string]int{}
-	dead := make([]bool, len(due))
-	for i, e := range due {
-		if !p.members.Live(e.Node) {
-			gone = append(gone, e.Follower)
-			dead[i] = true
-			continue
-		}
-		perNode[e.Node]++
-	}
-	// Sized once: at thousands of sockets, growing these slices was most
-	// of a round's garbage.
-	for i, e := range due {
-		if dead[i] {
-			continue
-		}
-		g := groups[e.Node]
-		if g == nil {
-			g = make([]store.Edge, 0, perNode[e.Node])
-		}
-		groups[e.Node] = append(g, e)
-	}
-	return groups, gone
 }
 
 // record prunes every edge of the connections in prune and advances every

@@ -32,7 +32,10 @@ type pub struct {
 	stop    context.CancelFunc
 	wmu     sync.Mutex
 	wakes   []time.Time
+	sets    delivery.ConnSets
 }
+
+func (p *pub) ConnSets() *delivery.ConnSets { return &p.sets }
 
 func (p *pub) ID() string { return p.id }
 
@@ -69,7 +72,7 @@ func (p *pub) Between(_ context.Context, fn func(*store.Tx) error) error {
 	return tx.Commit()
 }
 
-func newPub(t *testing.T) *pub {
+func newPub(t testing.TB) *pub {
 	t.Helper()
 	f, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "pub.db"), store.SyncNormal)
 	if err != nil {
@@ -85,7 +88,7 @@ func newPub(t *testing.T) *pub {
 	return p
 }
 
-func (p *pub) publish(t *testing.T, topic string, payloads ...string) {
+func (p *pub) publish(t testing.TB, topic string, payloads ...string) {
 	t.Helper()
 	err := p.Between(context.Background(), func(tx *store.Tx) error {
 		for _, pl := range payloads {
@@ -100,7 +103,7 @@ func (p *pub) publish(t *testing.T, topic string, payloads ...string) {
 	}
 }
 
-func (p *pub) follow(t *testing.T, kind abi.FollowerKind, follower, node, topic, filter string) store.Edge {
+func (p *pub) follow(t testing.TB, kind abi.FollowerKind, follower, node, topic, filter string) store.Edge {
 	t.Helper()
 	var e store.Edge
 	err := p.Between(context.Background(), func(tx *store.Tx) error {
@@ -152,10 +155,19 @@ type fakeNet struct {
 	connCall map[string]int               // node → connection batches
 	objCall  map[string]int               // follower → deliveries
 	batches  []*delivery.ConnBatch
-	objects  []*delivery.ObjectDelivery
-	ranges   func(*delivery.ObjectDelivery) []abi.Event
-	gates    map[string]*gate  // follower → its deliveries wait here
-	home     map[string]string // follower → the only node that takes its deliveries
+	// batchNode is the node each of batches went to.
+	batchNode []string
+	objects   []*delivery.ObjectDelivery
+	ranges    func(*delivery.ObjectDelivery) []abi.Event
+	gates     map[string]*gate                // follower → its deliveries wait here
+	home      map[string]string               // follower → the only node that takes its deliveries
+	copies    map[string]*delivery.EdgeCopies // node → its copies of edge sets
+	// lost: node → connection batches it slices whose reply is lost;
+	// dropped: node → batches lost on the way there.
+	lost, dropped map[string]int
+	// old: nodes of the version before edge sets were versioned.
+	old     map[string]bool
+	results []delivery.ConnResult // every connection batch's reply
 }
 
 // gate holds a follower's deliveries until open is closed; each delivery
@@ -181,6 +193,7 @@ func newNet() *fakeNet {
 		self: "A", live: map[string]bool{"A": true}, located: map[string]string{},
 		inboxes: map[string]map[string]*inbox{}, received: map[string][]abi.Event{},
 		fail: map[string]int{}, connCall: map[string]int{}, objCall: map[string]int{},
+		copies: map[string]*delivery.EdgeCopies{}, lost: map[string]int{}, dropped: map[string]int{}, old: map[string]bool{},
 	}
 }
 
@@ -209,11 +222,30 @@ func (n *fakeNet) Connections(_ context.Context, node string, b *delivery.ConnBa
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.connCall[node]++
-	n.batches = append(n.batches, b)
-	return delivery.Slice(b, func(c string) (delivery.Inbox, bool) {
+	// A copy: the pump fills the same batch again for a node that
+	// answered Unknown.
+	cp := *b
+	n.batches, n.batchNode = append(n.batches, &cp), append(n.batchNode, node)
+	if n.dropped[node] > 0 {
+		n.dropped[node]--
+		return delivery.ConnResult{}, errors.New("batch lost")
+	}
+	if n.old[node] {
+		return n.oldNode(node, b)
+	}
+	if n.copies[node] == nil {
+		n.copies[node] = delivery.NewEdgeCopies(delivery.DefaultEdgeCopies, delivery.DefaultEdgeCopyIdle, delivery.RealClock)
+	}
+	res := n.copies[node].Slice(b, func(c string) (delivery.Inbox, bool) {
 		in, ok := n.inboxes[node][c]
 		return in, ok
-	}), nil
+	})
+	n.results = append(n.results, res)
+	if n.lost[node] > 0 {
+		n.lost[node]--
+		return delivery.ConnResult{}, errors.New("reply lost")
+	}
+	return res, nil
 }
 
 func (n *fakeNet) Object(ctx context.Context, node string, d *delivery.ObjectDelivery) (delivery.ObjectResult, error) {
@@ -260,11 +292,11 @@ func (n *fakeNet) Object(ctx context.Context, node string, d *delivery.ObjectDel
 
 type nopObs struct{ pruned, dropped, retried int }
 
-func (o *nopObs) ConnBatchSent(string, bool, int, int)       {}
-func (o *nopObs) ObjectDeliverySent(string, bool, int, bool) {}
-func (o *nopObs) Pruned(_ string, n int)                     { o.pruned += n }
-func (o *nopObs) Retried()                                   { o.retried++ }
-func (o *nopObs) Dropped(string, store.Edge, string)         { o.dropped++ }
+func (o *nopObs) ConnBatchSent(string, bool, *delivery.ConnBatch) {}
+func (o *nopObs) ObjectDeliverySent(string, bool, int, bool)      {}
+func (o *nopObs) Pruned(_ string, n int)                          { o.pruned += n }
+func (o *nopObs) Retried()                                        { o.retried++ }
+func (o *nopObs) Dropped(string, store.Edge, string)              { o.dropped++ }
 func newPump(net *fakeNet, clock delivery.Clock) (*delivery.Pump, *nopObs) {
 	cfg := delivery.DefaultConfig()
 	if clock != nil {

@@ -101,9 +101,11 @@ type Inbox interface {
 	Offer(*Item) bool
 }
 
-// Slice is the receiving node's half of a connection batch: it walks the
-// events once, in publish order, and offers each to the inbox of every edge
-// whose topic, cursor and filter admit it. A connection whose inbox is full
+// Slice is the receiving node's half of a connection batch whose Edges are
+// the node's whole edge set (EdgeCopies.Slice resolves a versioned one
+// first): it walks the events once, in publish order, and offers each to
+// the inbox of every edge whose topic, cursor (the larger of its own and
+// the batch's) and filter admit it. A connection whose inbox is full
 // is refused (and gets nothing more from this batch); a connection the node
 // does not have is gone.
 func Slice(b *ConnBatch, lookup func(conn string) (Inbox, bool)) ConnResult {
@@ -149,6 +151,7 @@ func Slice(b *ConnBatch, lookup func(conn string) (Inbox, bool)) ConnResult {
 			v = &verdict{f: MustFilter(e.Filter), event: -1}
 			verdicts[e.Filter] = v
 		}
+		e.Cursor = max(e.Cursor, b.Cursor)
 		topics[e.Topic] = append(topics[e.Topic], len(targets))
 		targets = append(targets, target{ConnEdge: e, inbox: in, filter: v, dead: &flags[k]})
 	}

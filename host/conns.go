@@ -27,6 +27,9 @@ type conns struct {
 	shaper *shaper
 	bg     context.Context // shaping outlives a socket's own context
 	topics *topicSubs      // the subject fan-out baseline's; nil otherwise
+	// copies are the publishers' edge sets for these connections, as
+	// their homes sent them (versioned connection batches).
+	copies *delivery.EdgeCopies
 	log    *slog.Logger
 
 	// mu guards m and closed.
@@ -60,8 +63,8 @@ type connNode interface {
 	pruneConnection(ctx context.Context, publisher ObjectID, conn string)
 }
 
-func newConns(bg context.Context, node connNode, sh *shaper, topics *topicSubs, log *slog.Logger) *conns {
-	return &conns{node: node, shaper: sh, bg: bg, topics: topics, log: log, m: map[string]*conn{}}
+func newConns(bg context.Context, node connNode, sh *shaper, topics *topicSubs, copies *delivery.EdgeCopies, log *slog.Logger) *conns {
+	return &conns{node: node, shaper: sh, bg: bg, topics: topics, copies: copies, log: log, m: map[string]*conn{}}
 }
 
 func (cs *conns) lookup(id string) (delivery.Inbox, bool) {

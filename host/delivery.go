@@ -29,6 +29,8 @@ type pumpState struct {
 	again   atomic.Bool
 	// timer is the pending retry wake-up; guarded by the object's lock.
 	stopTimer func() bool
+	// sets are the connection edge sets the round sent to each node.
+	sets delivery.ConnSets
 }
 
 // kick schedules a pump round for the object. It never blocks and never
@@ -148,6 +150,10 @@ func (p publisher) Go(f func(context.Context)) bool {
 	}
 	return true
 }
+
+// ConnSets is the object's memory of the edge sets its sockets' nodes
+// hold: it goes with the object, and a new activation starts afresh.
+func (p publisher) ConnSets() *delivery.ConnSets { return &p.o.pump.sets }
 
 // Wake schedules a round of the publisher at t.
 func (p publisher) Wake(t time.Time) { p.n.scheduleRetry(p.o.id, t) }

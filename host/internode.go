@@ -476,10 +476,12 @@ func (n *Node) ensureHome(ctx context.Context, obj ObjectID) error {
 // opConns carries a connection batch to the node of its sockets.
 var opConns = nodeOp("conns", quickWait, (*Node).sliceConns)
 
-// sliceConns is the receiving node's half of a connection batch: slice it
-// into this node's inboxes, report refusals and missing sockets.
+// sliceConns is the receiving node's half of a connection batch: resolve
+// its edge set against the copy this node holds, slice it into this
+// node's inboxes, report refusals and missing sockets (or that the set's
+// base version is unknown here).
 func (n *Node) sliceConns(_ context.Context, b *delivery.ConnBatch) (delivery.ConnResult, error) {
-	return delivery.Slice(b, n.conns.lookup), nil
+	return n.conns.copies.Slice(b, n.conns.lookup), nil
 }
 
 // opDeliver carries an object delivery to the follower's home.
@@ -506,7 +508,13 @@ func (n *Node) rangeLocal(ctx context.Context, d *delivery.ObjectDelivery) ([]ab
 type remoteTransport struct{ n *Node }
 
 func (t remoteTransport) Connections(ctx context.Context, node string, b *delivery.ConnBatch) (delivery.ConnResult, error) {
-	return opConns.on(ctx, t.n, node, b)
+	res, err := opConns.on(ctx, t.n, node, b)
+	if errors.Is(err, ErrBadRequest) && (b.Set != delivery.SetVersion{} || b.Cursor != 0) {
+		// A node of an earlier version cannot decode what follows the
+		// edges: it is sent the unversioned form.
+		err = fmt.Errorf("%w: %w", delivery.ErrUnversioned, err)
+	}
+	return res, err
 }
 
 func (t remoteTransport) Object(ctx context.Context, node string, d *delivery.ObjectDelivery) (delivery.ObjectResult, error) {

@@ -38,8 +38,12 @@ type metrics struct {
 	conns        prometheus.Gauge
 	remoteCalls  *prometheus.CounterVec // op
 	remoteBytes  *prometheus.CounterVec // op
-	alarms       *prometheus.CounterVec // result
-	alarmDelay   prometheus.Histogram
+	// batchEventBytes and batchEdgeBytes split the remote connection
+	// batches' bytes; wholeSets counts those carrying a whole edge set.
+	batchEventBytes, batchEdgeBytes prometheus.Counter
+	wholeSets                       prometheus.Counter
+	alarms                          *prometheus.CounterVec // result
+	alarmDelay                      prometheus.Histogram
 	// alarmDelays, when set (tests, benchmarks), gets each first run's
 	// delay past its time too.
 	alarmDelays atomic.Pointer[func(time.Duration)]
@@ -90,6 +94,13 @@ func newMetrics() *metrics {
 	m.remoteBytes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "host_internode_bytes_total", Help: "Bytes of inter-node requests sent, by kind.",
 	}, []string{"kind"})
+	batchBytes := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "host_connection_batch_bytes_total", Help: "Bytes of remote connection batches sent, by part: events (the publisher and the events, once per node) or edges (the node's edge set: its version, or the edges added and removed since, or the whole set).",
+	}, []string{"part"})
+	m.batchEventBytes, m.batchEdgeBytes = batchBytes.WithLabelValues("events"), batchBytes.WithLabelValues("edges")
+	m.wholeSets = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "host_connection_batch_whole_sets_total", Help: "Remote connection batches that carried a node's whole edge set (unversioned, first to that node, or after it answered that it did not hold the base version).",
+	})
 	m.alarms = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "host_alarms_total", Help: "Alarm runs by result: ok (the handler committed), retry (it failed and runs again after the backoff), dropped (it failed its last attempt), postponed (its file would not open or take the failed attempt: it runs again after the longest backoff).",
 	}, []string{"result"})
@@ -97,7 +108,7 @@ func newMetrics() *metrics {
 		Name: "host_alarm_delay_seconds", Help: "How late an alarm's handler started past the alarm's time, on its first attempt (retries wait their backoff on purpose).",
 		Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
 	})
-	m.reg.MustRegister(m.remoteCalls, m.remoteBytes, m.readPath, m.alarms, m.alarmDelay)
+	m.reg.MustRegister(m.remoteCalls, m.remoteBytes, batchBytes, m.wholeSets, m.readPath, m.alarms, m.alarmDelay)
 	m.reg.MustRegister(calls, m.callSecs, m.batchCalls, m.deliveries, m.deliveredEvs, m.pruned, m.retries, m.dropped,
 		m.received, m.callRepeats, m.materialized, m.followHooks, m.eventCalls, m.conns, m.streamEvents,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
@@ -170,9 +181,18 @@ func path(local bool) string {
 	return "remote"
 }
 
-func (m *metrics) ConnBatchSent(_ string, local bool, events, _ int) {
+func (m *metrics) ConnBatchSent(_ string, local bool, b *delivery.ConnBatch) {
 	m.deliveries.WithLabelValues("connection_batch", path(local)).Inc()
-	m.deliveredEvs.WithLabelValues("connection_batch", path(local)).Add(float64(events))
+	m.deliveredEvs.WithLabelValues("connection_batch", path(local)).Add(float64(len(b.Events)))
+	if local {
+		return
+	}
+	events, edges := b.WireSize()
+	m.batchEventBytes.Add(float64(events))
+	m.batchEdgeBytes.Add(float64(edges))
+	if b.Set.Base == 0 {
+		m.wholeSets.Inc()
+	}
 }
 
 func (m *metrics) ObjectDeliverySent(_ string, local bool, events int, _ bool) {

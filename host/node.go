@@ -405,7 +405,8 @@ func (n *Node) open(ctx context.Context) error {
 	if cfg.Delivery.FanOut == delivery.FanOutSubject {
 		topics = newTopicSubs(n.nats.nc)
 	}
-	n.conns = newConns(n.bgContext, n, n.shaper, topics, n.log)
+	edgeCopies := delivery.NewEdgeCopies(cfg.Delivery.EdgeCopies, cfg.Delivery.EdgeCopyIdle, cfg.Delivery.Clock)
+	n.conns = newConns(n.bgContext, n, n.shaper, topics, edgeCopies, n.log)
 	n.metrics.connectionCounters(n.conns)
 	// The pump exists before the cluster starts: a node gone from then on
 	// (a takeover) kicks pumps, even while the rest of this starts.

@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/durable-host/host/abi"
@@ -191,9 +192,21 @@ func (t *Tx) CachedEdges() ([]Edge, error) {
 	if all == nil {
 		all = []Edge{}
 	}
-	t.f.edges = all
+	t.f.edges, t.f.edgesGen = all, edgeGens.Add(1)
 	return all, nil
 }
+
+// edgeGens numbers edge cache loads across every file of the process, so
+// a generation is never seen twice, even from a file closed and opened
+// again.
+var edgeGens atomic.Uint64
+
+// EdgesGeneration names the edges CachedEdges returned: it changes when an
+// edge is added, removed or followed again (the cache is loaded anew) and
+// stays while only cursors, attempts and an object follower's node move
+// (they are patched in place). The pump rebuilds what it derives from the
+// edges, such as each node's connection edge set, only when it changes.
+func (t *Tx) EdgesGeneration() uint64 { return t.f.edgesGen }
 
 // AdvanceConnections records that every connection edge has done at least
 // seq, in one row however many connections there are. A round owes every

@@ -45,8 +45,9 @@ type File struct {
 
 	// edges caches the edge rows for the pump, which reads them every
 	// round; nil when not loaded. Commits keep it current, rollbacks drop
-	// it.
-	edges []Edge
+	// it. edgesGen names the load (EdgesGeneration).
+	edges    []Edge
+	edgesGen uint64
 
 	// ship, when set, makes each change set durable before its commit
 	// (SetShipper); pos is the file's position, read at Open and moved by

@@ -36,13 +36,15 @@ from clients in this process.
   host bench followers                 50 tally objects following the room
 
 fanout: --watchers WebSocket clients spread round-robin over the nodes; prints
-sends per message, inter-node bytes per message, node CPU seconds per
+sends per message, inter-node bytes per message (and the connection batches'
+event and edge bytes), node CPU seconds per
 message, publish→socket latency p50/p99/p999, deliveries per second; then the
 raw single-process WebSocket ceiling for the same number of sockets.
 --fanout picks the nodes' mode: node (the product: one call per node holding
 sockets), socket (baseline: one inter-node send per watcher), subject
 (baseline: a NATS subject per topic, NATS fans out), or all (each on a fresh
-cluster, same workload, with ratios).
+cluster, same workload, with ratios). --churn F has F × --watchers more
+watchers per second join and leave while the messages go out.
 
 followers: --followers tally objects on the nodes other than the publisher's;
 prints deliveries per message, latency until every follower committed, events
@@ -57,6 +59,7 @@ raw ceiling); it raises the soft limit to the hard one.`,
 			&cli.IntFlag{Name: "messages", Value: 100, EnvVars: []string{"HOST_BENCH_MESSAGES"}, Usage: "measured messages (after 3 unmeasured warm-up ones)"},
 			&cli.StringFlag{Name: "fanout", Value: bench.ModeNode, Usage: "fanout: node, socket, subject or all"},
 			&cli.BoolFlag{Name: "no-raw", Usage: "fanout: skip the raw single-process WebSocket ceiling"},
+			&cli.Float64Flag{Name: "churn", Usage: "fanout: during the measured messages, this fraction of --watchers per second join and leave (0.01 = 1%), as extra watchers beside the measured ones"},
 			&cli.DurationFlag{Name: "timeout", Value: 60 * time.Second, Usage: "longest wait for one message to reach everyone"},
 			&cli.DurationFlag{Name: "lease-ttl", Value: 60 * time.Second, Usage: "the nodes' --lease-ttl (long: a loaded machine misses heartbeats)"},
 			&cli.StringFlag{Name: "log-level", Value: "warn", Usage: "the nodes' --log-level (their output goes to node-I.log in the run directory)"},
@@ -87,6 +90,7 @@ raw ceiling); it raises the soft limit to the hard one.`,
 					rep, err := bench.RunFanoutAll(cfg.ctx, bench.FanoutAllConfig{
 						FanoutConfig: bench.FanoutConfig{
 							Exe: cfg.exe, Nodes: c.Int("nodes"), Watchers: c.Int("watchers"), Messages: c.Int("messages"),
+							Churn:   c.Float64("churn"),
 							Timeout: c.Duration("timeout"), LeaseTTL: c.Duration("lease-ttl"), LogLevel: c.String("log-level"),
 							Dir: c.String("dir"), CacheSeed: c.String("cache"), Progress: cfg.progress,
 						},
