@@ -54,9 +54,8 @@ type Backend interface {
 	// Program is the latest version of the program name.
 	Program(ctx context.Context, name string) (client.Program, error)
 
-	// Call runs method on the object with payload and returns its reply.
-	Call(ctx context.Context, id names.Object, method string, payload []byte) ([]byte, error)
-	// CallWithKey is Call once in effect per idempotency key: a repeat
+	// CallWithKey runs method on the object with payload and returns its
+	// reply, once in effect per idempotency key ("" for none): a repeat
 	// gets the recorded reply, a key reused with another method or
 	// payload fails (422).
 	CallWithKey(ctx context.Context, id names.Object, method string, payload []byte, key string) ([]byte, error)

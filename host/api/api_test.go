@@ -38,8 +38,8 @@ func (b *backend) Program(_ context.Context, name string) (client.Program, error
 	return client.Program{Name: name}, nil
 }
 
-func (b *backend) Call(_ context.Context, id names.Object, method string, payload []byte) ([]byte, error) {
-	b.calls = append(b.calls, id.String()+" "+method+" "+string(payload))
+func (b *backend) CallWithKey(_ context.Context, id names.Object, method string, payload []byte, key string) ([]byte, error) {
+	b.calls = append(b.calls, id.String()+" "+method+" "+string(payload)+key)
 	switch method {
 	case "slow":
 		return nil, vm.ErrBudget
