@@ -61,6 +61,11 @@ type programs struct {
 	// long (tests: the announcement of a new version must do without it).
 	watchDelay atomic.Int64
 
+	// prefetches queues the digests of newest versions to copy to this
+	// node's disk ahead of their first use here (see prefetch).
+	prefetches chan string
+	log        *slog.Logger
+
 	// changed, when set, is told (on a goroutine of its own) the name of a
 	// program whose newest version now runs other code than before: the
 	// node moves the objects active here onto it.
@@ -97,16 +102,19 @@ func openPrograms(ctx context.Context, log *slog.Logger, dataDir string, js jets
 	if err != nil {
 		return nil, err
 	}
-	return &programs{dir: dir, engine: engine, kv: kv, blobs: blobs, js: js, compiled: map[string]*vm.Module{}, newest: map[string]client.Program{}}, nil
+	return &programs{dir: dir, engine: engine, kv: kv, blobs: blobs, js: js, compiled: map[string]*vm.Module{}, newest: map[string]client.Program{},
+		prefetches: make(chan string, maxPrefetches), log: log}, nil
 }
 
-// watch keeps newest current as any node uploads.
+// watch keeps newest current as any node uploads, and this node's disk
+// holding every newest version's module.
 func (p *programs) watch(ctx context.Context) {
 	w, err := p.kv.WatchAll(ctx)
 	if err != nil {
 		return
 	}
 	defer w.Stop()
+	go p.prefetch(ctx)
 	for e := range w.Updates() {
 		if e == nil || e.Operation() != jetstream.KeyValuePut {
 			continue
@@ -120,7 +128,39 @@ func (p *programs) watch(ctx context.Context) {
 		}
 		var vs []client.Program
 		if json.Unmarshal(e.Value(), &vs) == nil && len(vs) > 0 {
-			p.setNewest(vs[len(vs)-1], nil)
+			pr := vs[len(vs)-1]
+			p.setNewest(pr, nil)
+			select {
+			case p.prefetches <- pr.Digest:
+			default: // a burst past the queue: fetched at first use
+			}
+		}
+	}
+}
+
+// maxPrefetches bounds the modules queued for prefetch.
+const maxPrefetches = 1024
+
+// prefetch copies each queued module to this node's disk, one at a time,
+// until ctx ends. Every node holds every program's newest module before it
+// needs it: one that takes an object over (or gets its first call) then
+// activates it from disk, not through the module store, whose stream
+// leader may be the node that just stopped answering (a read then waits
+// out the store's election: a paused home's successor could not activate
+// the object for a minute).
+func (p *programs) prefetch(ctx context.Context) {
+	for {
+		var digest string
+		select {
+		case <-ctx.Done():
+			return
+		case digest = <-p.prefetches:
+		}
+		if _, err := os.Stat(filepath.Join(p.dir, digest+".wasm")); err == nil {
+			continue
+		}
+		if _, err := p.fetch(ctx, digest); err != nil && ctx.Err() == nil {
+			p.log.Debug("prefetch a module; it is fetched at its first use", slog.String("digest", digest), slog.Any("err", err))
 		}
 	}
 }

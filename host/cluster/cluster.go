@@ -328,8 +328,33 @@ func (c *Cluster) info() []byte {
 
 // join registers this node's id with a fresh lease. Create fails if the id
 // exists: ids are never reused.
+//
+// A new cluster's bucket may not answer at first ("no response from
+// stream"), so the create is tried again like the buckets' own; an
+// attempt that landed unheard leaves the key, which is then this
+// process's own (ids are fresh per process) and is taken as it is.
 func (c *Cluster) join(ctx context.Context) error {
-	rev, err := c.nodes.Create(ctx, "n."+c.self, c.info())
+	var rev uint64
+	tried, taken := false, false
+	err := RetryJS(ctx, c.log, "register node", func(ctx context.Context) error {
+		r, err := c.nodes.Create(ctx, "n."+c.self, c.info())
+		switch {
+		case errors.Is(err, jetstream.ErrKeyExists) && !tried:
+			taken = true // not ours: the id was used before
+			return nil
+		case errors.Is(err, jetstream.ErrKeyExists):
+			var e jetstream.KeyValueEntry
+			if e, err = c.nodes.Get(ctx, "n."+c.self); err == nil {
+				r = e.Revision()
+			}
+		}
+		tried = true
+		rev = r
+		return err
+	})
+	if taken {
+		err = jetstream.ErrKeyExists
+	}
 	if err != nil {
 		return fmt.Errorf("register node %s: %w", c.self, err)
 	}
