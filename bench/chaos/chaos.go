@@ -182,9 +182,16 @@ func run(ctx context.Context, cfg Config, dir string, res *Result) error {
 	}()
 	defer func() { stopMon(); <-monDone }()
 
+	// Faults start for cfg.Duration; the clients write until the last
+	// fault has healed, so every takeover and the copies made after it
+	// happen under the workload (an object taken over once every client
+	// stopped may stay a copy short while idle: the README's gap, not
+	// what this soak checks).
 	runCtx, stopRun := context.WithTimeout(ctx, cfg.Duration)
 	defer stopRun()
-	sched := &schedule{cfg: cfg, cluster: cluster, nodes: ns, rec: rec, writing: func() bool { return runCtx.Err() == nil }}
+	clientCtx, stopClients := context.WithCancel(ctx)
+	defer stopClients()
+	sched := &schedule{cfg: cfg, cluster: cluster, nodes: ns, rec: rec, writing: func() bool { return clientCtx.Err() == nil }}
 	var faultErr error
 	faultsDone := make(chan struct{})
 	go func() {
@@ -196,7 +203,7 @@ func run(ctx context.Context, cfg Config, dir string, res *Result) error {
 		clients.Add(1)
 		go func() {
 			defer clients.Done()
-			w.run(runCtx, c)
+			w.run(clientCtx, c)
 		}()
 	}
 	if cfg.Progress != nil {
@@ -210,8 +217,9 @@ func run(ctx context.Context, cfg Config, dir string, res *Result) error {
 			}
 		}()
 	}
-	clients.Wait()
 	<-faultsDone
+	stopClients()
+	clients.Wait()
 	// A cluster that did not heal is a finding too, but the checks still
 	// run on what the clients saw: they say whether anything was lost.
 	var healErr error

@@ -83,7 +83,6 @@ func (s *schedule) run(ctx context.Context) ([]Fault, error) {
 		kind := Kinds[round[0]]
 		round = round[1:]
 		f := Fault{Kind: kind, Node: rng.IntN(len(s.cluster.Nodes)), Start: s.rec.Now()}
-		s.writing = func() bool { return ctx.Err() == nil }
 		err := s.inject(&f, rng)
 		f.End = s.rec.Now()
 		s.faults = append(s.faults, f)
