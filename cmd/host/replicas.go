@@ -14,10 +14,11 @@ func replicasCommand(stdout io.Writer) *cli.Command {
 		Name:  "replicas",
 		Usage: "show an object's home and the copies of its file: node, position on its change stream, checksum and lag",
 		Description: `Every committed change of an object is shipped, zstd-compressed, to its change
-stream in JetStream before the call is answered; --replicas N nodes besides
-the home apply it to their own copy. A copy whose checksum equals the home's at
-the same applied count holds the same contents. Lag is how many change sets a
-copy is behind the stream's end.`,
+stream in JetStream before the call is answered (with --replica-ack async,
+right after: the home's "unshipped" says how many wait); --replicas N nodes
+besides the home apply it to their own copy. A copy whose checksum equals the
+home's at the same applied count holds the same contents. Lag is how many
+change sets a copy is behind the stream's end.`,
 		ArgsUsage: "PROGRAM/ID",
 		Flags:     []cli.Flag{serverFlag(), tokenFlag()},
 		Action: func(c *cli.Context) error {
