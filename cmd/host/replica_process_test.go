@@ -365,18 +365,7 @@ func TestTakeoverAfterKill9(t *testing.T) {
 		t.Skip("kills processes; not in -short")
 	}
 	rc := startReplicaCluster(t, replicaTTL)
-	ctx := context.Background()
-	for _, p := range []string{"chat", "tally"} {
-		if _, err := rc.cs[0].Upload(ctx, p, vmtest.Wasm(t, p)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := rc.cs[0].Call(ctx, "chat/room1", "post", []byte(`{"author":"first","text":"home on node 0"}`)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := rc.cs[0].Call(ctx, "tally/t1", "follow", []byte(`{"publisher":"chat/room1"}`)); err != nil {
-		t.Fatal(err)
-	}
+	rc.roomWithTally(t)
 	w := rc.write(4)
 	sub := rc.follow(w, 2)
 	for round := range 3 {
@@ -406,6 +395,24 @@ func TestTakeoverAfterKill9(t *testing.T) {
 	w.checkByIdentity(t, history)
 	sub.check(t, history)
 	rc.checkTally(t, history)
+}
+
+// roomWithTally uploads chat and tally through node 0 and makes node 0 the
+// home of chat/room1 (its first post) and of tally/t1, which follows it.
+func (rc *replicaCluster) roomWithTally(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	for _, p := range []string{"chat", "tally"} {
+		if _, err := rc.cs[0].Upload(ctx, p, vmtest.Wasm(t, p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := rc.cs[0].Call(ctx, "chat/room1", "post", []byte(`{"author":"first","text":"home on node 0"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rc.cs[0].Call(ctx, "tally/t1", "follow", []byte(`{"publisher":"chat/room1"}`)); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // checkTally checks that tally/t1, which followed chat/room1 after its
@@ -474,18 +481,7 @@ func TestAsyncAckKill9LosesAtMostTheWindow(t *testing.T) {
 		t.Skip("kills processes; not in -short")
 	}
 	rc := startReplicaCluster(t, replicaTTL, "--replica-ack", "async")
-	ctx := context.Background()
-	for _, p := range []string{"chat", "tally"} {
-		if _, err := rc.cs[0].Upload(ctx, p, vmtest.Wasm(t, p)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := rc.cs[0].Call(ctx, "chat/room1", "post", []byte(`{"author":"first","text":"home on node 0"}`)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := rc.cs[0].Call(ctx, "tally/t1", "follow", []byte(`{"publisher":"chat/room1"}`)); err != nil {
-		t.Fatal(err)
-	}
+	rc.roomWithTally(t)
 	w := rc.write(4)
 	sub := rc.follow(w, 2)
 	w.waitAcked(t, 100)
