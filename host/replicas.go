@@ -277,41 +277,42 @@ func adoptSeq(f *store.File, last replica.Tail) error {
 // when id has no queue here). An error: the queue was refused (fenced),
 // or ctx ended first.
 func (r *replicas) waitShipped(ctx context.Context, id ObjectID) error {
-	if r == nil || !r.async {
-		return nil
+	if q := r.queue(id); q != nil {
+		return q.wait(ctx)
 	}
-	v, ok := r.queues.Load(id)
-	if !ok {
-		return nil
-	}
-	return v.(*shipQueue).wait(ctx)
+	return nil
 }
 
 // allShipped reports whether id has nothing committed here that waits to
 // be shipped.
 func (r *replicas) allShipped(id ObjectID) bool {
-	if r == nil || !r.async {
+	q := r.queue(id)
+	if q == nil {
 		return true
 	}
-	v, ok := r.queues.Load(id)
-	if !ok {
-		return true
-	}
-	_, waiting := v.(*shipQueue).status()
+	_, waiting := q.status()
 	return waiting == 0
 }
 
 // readCap is the last seq of id's log a reader may see here: under async
 // acknowledgement, what is shipped; 0 (no cap) otherwise.
 func (r *replicas) readCap(id ObjectID) uint64 {
+	if q := r.queue(id); q != nil {
+		return q.shipped()
+	}
+	return 0
+}
+
+// queue is id's ship queue here: nil without async acknowledgement, or
+// when this node is not id's home.
+func (r *replicas) queue(id ObjectID) *shipQueue {
 	if r == nil || !r.async {
-		return 0
+		return nil
 	}
-	v, ok := r.queues.Load(id)
-	if !ok {
-		return 0
+	if v, ok := r.queues.Load(id); ok {
+		return v.(*shipQueue)
 	}
-	return v.(*shipQueue).shipped()
+	return nil
 }
 
 // drain waits until every queue has shipped what it holds, or ctx ends.
@@ -412,8 +413,8 @@ func (r *replicas) snapshot(id ObjectID, path string, p store.Position, s *snapS
 	}
 	start := time.Now()
 	var seqOf replica.SeqOf
-	if v, ok := r.queues.Load(id); ok {
-		seqOf = v.(*shipQueue).seqOf
+	if q := r.queue(id); q != nil {
+		seqOf = q.seqOf
 	}
 	at, size, err := r.log.SnapshotShipped(ctx, subj, path, last, seqOf)
 	if err != nil {
@@ -745,8 +746,8 @@ func (r *replicas) info(ctx context.Context, id ObjectID, homePath string, home 
 		return CopyInfo{}, false, err
 	}
 	info := CopyInfo{Node: r.self, Home: home, Position: p}
-	if v, ok := r.queues.Load(id); ok && home {
-		acked, waiting := v.(*shipQueue).status()
+	if q := r.queue(id); q != nil && home {
+		acked, waiting := q.status()
 		if info.Unshipped = waiting; waiting == 0 && acked.Applied == p.Applied {
 			info.Position.Seq = acked.Seq
 		}
