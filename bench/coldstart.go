@@ -59,14 +59,11 @@ func RunColdStart(ctx context.Context, cfg ColdStartConfig) (*ColdStartResult, e
 	if err := RaiseNoFile(uint64(cfg.Connects) + 1024); err != nil {
 		return nil, err
 	}
-	c, err := StartCluster(ctx, ClusterConfig{Exe: cfg.Exe, Nodes: 1, Mode: "node", Dir: cfg.Dir, Progress: cfg.Progress})
+	c, err := startOneNode(ctx, cfg.Exe, cfg.Dir, cfg.Progress)
 	if err != nil {
 		return nil, err
 	}
 	defer c.Close()
-	if err := c.Upload(ctx, filepath.Join(c.dir, "examples")); err != nil {
-		return nil, c.annotate(err)
-	}
 	if err := c.Restart(ctx, 0); err != nil {
 		return nil, c.annotate(err)
 	}
@@ -120,6 +117,21 @@ func RunColdStart(ctx context.Context, cfg ColdStartConfig) (*ColdStartResult, e
 		}
 	}
 	return res, nil
+}
+
+// startOneNode starts one node process (the product's fan-out) with the
+// examples uploaded.
+func startOneNode(ctx context.Context, exe, dir string, progress Progress) (*Cluster, error) {
+	c, err := StartCluster(ctx, ClusterConfig{Exe: exe, Nodes: 1, Mode: "node", Dir: dir, Progress: progress})
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Upload(ctx, filepath.Join(c.dir, "examples")); err != nil {
+		err = c.annotate(err)
+		c.Close()
+		return nil, err
+	}
+	return c, nil
 }
 
 func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -55,14 +54,11 @@ func RunConns(ctx context.Context, cfg ConnsConfig) ([]ConnsStep, error) {
 	if err := RaiseNoFile(uint64(2*most) + 1024); err != nil {
 		return nil, err
 	}
-	c, err := StartCluster(ctx, ClusterConfig{Exe: cfg.Exe, Nodes: 1, Mode: "node", Dir: cfg.Dir, Progress: cfg.Progress})
+	c, err := startOneNode(ctx, cfg.Exe, cfg.Dir, cfg.Progress)
 	if err != nil {
 		return nil, err
 	}
 	defer c.Close()
-	if err := c.Upload(ctx, filepath.Join(c.dir, "examples")); err != nil {
-		return nil, c.annotate(err)
-	}
 	n := c.Nodes[0]
 	// The room is active and its module compiled before the baseline.
 	if err := c.Post(ctx, 0); err != nil {
