@@ -70,6 +70,8 @@ raw ceiling); it raises the soft limit to the hard one.`,
 		},
 		Subcommands: []*cli.Command{
 			chaosCommand(stdout, stderr),
+			tailsCommand(stdout, stderr),
+			bareCommand(),
 			{
 				Name:  "fanout",
 				Usage: "WebSocket watchers over node processes: the product vs the per-socket and NATS-subject baselines",
