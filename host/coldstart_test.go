@@ -19,7 +19,7 @@ import (
 
 // TestColdStartHerd: a node restarted with programs stored takes a burst of
 // concurrent first uses (calls to objects not yet active, WebSocket
-// connects that follow) three restarts in a row. Every request is
+// connects that follow) two restarts in a row. Every request is
 // answered, and each module is compiled once per restart however many
 // first uses wait for it: concurrent compiles of one module used to panic
 // the node (closing a duplicate freed the code wazero shares between them)
@@ -33,7 +33,7 @@ func TestColdStartHerd(t *testing.T) {
 	}
 	shut(t, n)
 	const goCalls, rustCalls, sockets, rooms = 20, 100, 100, 10
-	for round := range 3 {
+	for round := range 2 {
 		// The herd's first uses queue for the Go guests' starts (one per
 		// CPU at a time): on a loaded 2-core machine under -race a room's
 		// tenth follow waited past the default handler budget's lock wait
