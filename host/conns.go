@@ -380,11 +380,21 @@ func (c *conn) writeLoop() {
 	for {
 		var frame []byte
 		text := false // known valid UTF-8 (forward envelopes are)
+		// One channel at a time, without blocking: a select over all of
+		// them locks every channel per frame (7% of a node's CPU writing
+		// one event to 5,000 sockets). A closed connection's write fails.
+		var it *delivery.Item
 		select {
-		case <-c.ctx.Done():
-			return
 		case frame = <-c.ctrl:
-		case it := <-c.inbox:
+		default:
+			select {
+			case it = <-c.inbox:
+			default:
+			}
+		}
+		switch {
+		case frame != nil:
+		case it != nil:
 			if !c.useEvent {
 				frame, text = it.Envelope, true
 				c.envelopes.Add(1)
@@ -401,6 +411,8 @@ func (c *conn) writeLoop() {
 				break
 			}
 			frame = out
+		case c.ctx.Err() != nil:
+			return
 		default:
 			// Nothing to write: end, unless something came in meanwhile
 			// and no other writer took it.
