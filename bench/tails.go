@@ -25,7 +25,7 @@ type TailsConfig struct {
 	Exe     string
 	Sockets int
 	// Messages per block, closed loop (the next goes out when every
-	// socket has the last), after Warmup unmeasured ones.
+	// socket has the last), after Warmup unmeasured ones (10).
 	Messages int
 	Warmup   int
 	// Blocks per side (2: node, bare, bare, node).
@@ -90,7 +90,7 @@ func RunTails(ctx context.Context, cfg TailsConfig) (*TailsResult, error) {
 		cfg.Blocks = 2
 	}
 	if cfg.Warmup == 0 {
-		cfg.Warmup = 3
+		cfg.Warmup = 10
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 60 * time.Second
@@ -229,7 +229,9 @@ func (s *tailsSide) block(ctx context.Context, cfg TailsConfig, progress Progres
 	if f := ws.sample.Load(); f != nil && s.frameBytes == 0 {
 		s.frameBytes = len(*f)
 	}
-	time.Sleep(settle)
+	// The dial's aftermath (a node's edge rows and their WAL checkpoint,
+	// the GC of the dial's garbage) is not the fan-out's.
+	time.Sleep(4 * settle)
 	cpu0, err := procCPU(s.pid)
 	if err != nil {
 		return err

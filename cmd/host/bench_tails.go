@@ -37,7 +37,7 @@ node's figures over the bare writer's.
 Needs ulimit -n of at least --sockets + 1024.`,
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "sockets", Value: 5000, Usage: "WebSocket clients on the server of each block"},
-			&cli.IntFlag{Name: "messages", Value: 50, Usage: "measured messages per block (after 3 warm-up ones)"},
+			&cli.IntFlag{Name: "messages", Value: 50, Usage: "measured messages per block (after 10 warm-up ones)"},
 			&cli.IntFlag{Name: "blocks", Value: 2, Usage: "blocks per side"},
 			&cli.DurationFlag{Name: "timeout", Value: 60 * time.Second, Usage: "longest wait for one message to reach every socket"},
 			&cli.StringFlag{Name: "log-level", Value: "warn", Usage: "the node's --log-level (node-0.log in the run directory)"},
