@@ -78,6 +78,12 @@ type Config struct {
 	// FaultGap is the mean wait between one fault healing and the next
 	// starting (8 s; each gap is uniform in [0.5, 1.5] × FaultGap).
 	FaultGap time.Duration
+	// MaxDown is how many nodes may be down at once (2): with 2, one
+	// fault in three (a kill -9 or a pause) takes a second node down with
+	// it. Two of five nodes down can leave a 3-way replicated JetStream
+	// stream without a quorum: writes stall until one returns, a loss of
+	// availability, not of safety.
+	MaxDown int
 	// HealTimeout bounds how long the cluster may take to list every node
 	// again after a fault (2 min); past it the run fails.
 	HealTimeout time.Duration
@@ -100,7 +106,7 @@ func DefaultConfig() Config {
 		Nodes: 5, Duration: 10 * time.Minute, Seed: 1, Objects: 16, Clients: 8, Followers: 4, Subscribers: 3, Watchers: 3,
 		Think: 20 * time.Millisecond, CallTimeout: 3 * time.Second,
 		LeaseTTL: 6 * time.Second, Replicas: 2, SnapshotEvery: 200,
-		FaultGap: 8 * time.Second, HealTimeout: 2 * time.Minute,
+		FaultGap: 8 * time.Second, MaxDown: 2, HealTimeout: 2 * time.Minute,
 		CheckTimeout: 60 * time.Second, LogLevel: "info",
 	}
 }
@@ -123,6 +129,9 @@ func (c Config) Validate() error {
 	}
 	if c.Followers < 0 || c.Followers > c.Objects {
 		bad("followers %d: need 0 to objects (%d)", c.Followers, c.Objects)
+	}
+	if c.MaxDown < 1 || c.MaxDown > 2 || c.MaxDown > (c.Nodes-1)/2 {
+		bad("max down %d: need 1 or 2, and fewer than half the nodes (%d)", c.MaxDown, c.Nodes)
 	}
 	if c.Subscribers < 0 || c.Watchers < 0 {
 		bad("subscribers and watchers must not be negative")
