@@ -142,13 +142,16 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Run runs one soak. It returns an error when the run could not be done
-// (the cluster did not start or did not heal); violations of the
-// guarantees are in the Result.
 // copiesWait bounds the wait for every object's copies after the run: a
 // little more than a copy's longest backoff.
 const copiesWait = 40 * time.Second
 
+// minimizeBudget bounds each search for a smallest failing history.
+const minimizeBudget = 30 * time.Second
+
+// Run runs one soak. It returns an error when the run could not be done
+// (the cluster did not start or did not heal); violations of the
+// guarantees are in the Result.
 func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("chaos: %w", err)
@@ -421,14 +424,7 @@ func run(ctx context.Context, cfg Config, dir string, res *Result) error {
 		case "Ok":
 			res.Linearizable++
 		case "Illegal":
-			stuck, around := l.Stuck()
-			v := Violation{Check: Linearizability, Object: obj, Detail: "no single-copy order explains op #" + strconv.Itoa(stuck.ID), History: formatOps(around)}
-			v.File = writeHistory(dir, obj, byObj[obj])
-			html := filepath.Join(dir, "linearizability-"+filepath.Base(obj)+".html")
-			if l.Visualize(html) == nil {
-				v.File += ", " + html
-			}
-			res.Violations = append(res.Violations, v)
+			res.Violations = append(res.Violations, illegal(dir, obj, byObj[obj], applied, l))
 		default:
 			res.Violations = append(res.Violations, Violation{Check: Linearizability, Object: obj, Detail: fmt.Sprintf("undecided: porcupine's search ran past %v over %d operations", cfg.CheckTimeout, len(l.Ops)), File: writeHistory(dir, obj, byObj[obj])})
 		}
@@ -440,6 +436,38 @@ func run(ctx context.Context, cfg Config, dir string, res *Result) error {
 		}
 	}
 	return healErr
+}
+
+// illegal is the violation of an object's history porcupine found illegal
+// (l): the operation no single-copy order explains, the smallest failing
+// history found, the operations around the stuck one, and files in dir
+// with the whole history and porcupine's view of it.
+func illegal(dir, obj string, ops []Op, applied Applied, l Linearization) Violation {
+	stuck, around := l.Stuck()
+	v := Violation{Check: Linearizability, Object: obj, Detail: "no single-copy order explains op #" + strconv.Itoa(stuck.ID), History: formatOps(around)}
+	// From the operations around the stuck one when they fail alone,
+	// else from all.
+	m := MinimizeHistory(around, applied, minimizeBudget)
+	if !m.Illegal {
+		m = MinimizeHistory(ops, applied, minimizeBudget)
+	}
+	if m.Illegal {
+		state := "1-minimal"
+		if !m.Done {
+			state = "not minimal: the search ran out of time"
+		}
+		v.History = fmt.Sprintf("  smallest failing history found (%d operations, %s; %d more writes kept as values, each at any time):\n%s\n  around op #%d:\n%s",
+			len(m.Ops), state, m.Relaxed, formatOps(m.Ops), stuck.ID, formatOps(around))
+	}
+	if dir == "" {
+		return v
+	}
+	v.File = writeHistory(dir, obj, ops)
+	html := filepath.Join(dir, "linearizability-"+filepath.Base(obj)+".html")
+	if l.Visualize(html) == nil {
+		v.File += ", " + html
+	}
+	return v
 }
 
 // finalValue gets obj's value through node i (the next node on failure),

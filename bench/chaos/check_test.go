@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -265,5 +266,59 @@ func TestCheckWatcher(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestMinimizeHistory(t *testing.T) {
+	// A stale read in a busy history: client 1's get at 500 reads 0 after
+	// add(5) was acknowledged at 10 and read by others; the rest is
+	// writes and reads that chain correctly.
+	ops := []Op{add(1, 0, 5, 5, 0, 10)}
+	sum, id := int64(5), 2
+	for k := range 20 {
+		at := int64(20 + 20*k)
+		if k%2 == 0 {
+			sum += int64(100 + k)
+			ops = append(ops, add(id, 2, int64(100+k), sum, at, at+5))
+		} else {
+			ops = append(ops, get(id, 3, sum, at, at+5))
+		}
+		id++
+	}
+	stale := get(id, 1, 0, 500, 510)
+	ops = append(ops, stale, get(id+1, 3, sum, 520, 530))
+	applied := Applied{}
+	for _, o := range ops {
+		if o.Kind == Write {
+			applied[o.Amount] = o.Value
+		}
+	}
+	if l := CheckLinearizable(ops, applied, 10*time.Second); l.Result != porcupine.Illegal {
+		t.Fatalf("the history is %s, want illegal", l.Result)
+	}
+	m := MinimizeHistory(ops, applied, 30*time.Second)
+	t.Logf("%d checks; %d operations and %d relaxed writes of %d:\n%s", m.Checks, len(m.Ops), m.Relaxed, len(ops), formatOps(m.Ops))
+	if !m.Illegal || !m.Done {
+		t.Fatalf("illegal %v, done %v: want both in 30 s", m.Illegal, m.Done)
+	}
+	// Still the violation: the stale read, and one operation that shows
+	// the value it missed; nothing else.
+	if len(m.Ops) != 2 || !slices.ContainsFunc(m.Ops, func(o Op) bool { return o.ID == stale.ID }) {
+		t.Fatalf("minimal history of %d operations, want the stale read and one before it:\n%s", len(m.Ops), formatOps(m.Ops))
+	}
+	// The soak's violation prints it, with the operations around.
+	v := illegal("", obj, ops, applied, CheckLinearizable(ops, applied, 10*time.Second))
+	if v.Check != Linearizability || !strings.Contains(v.History, "smallest failing history found (2 operations, 1-minimal") || !strings.Contains(v.History, stale.String()) {
+		t.Fatalf("violation without the smallest history:\n%s", v)
+	}
+
+	// A legal history comes back whole, no search.
+	good := ops[:len(ops)-2]
+	if m := MinimizeHistory(good, applied, 10*time.Second); len(m.Ops) != len(good) || m.Illegal || m.Done {
+		t.Fatalf("legal history: %d of %d operations, done %v", len(m.Ops), len(good), m.Done)
+	}
+	// Out of budget: what it has, still illegal.
+	if m := MinimizeHistory(ops, applied, time.Nanosecond); m.Done || len(m.Ops) == 0 {
+		t.Fatalf("no budget: %d operations, done %v", len(m.Ops), m.Done)
 	}
 }
