@@ -32,6 +32,9 @@ type Fault struct {
 	Start int64  `json:"start"`
 	End   int64  `json:"end"`
 	Note  string `json:"note,omitempty"`
+	// Overlaps says this fault took its node down while another fault
+	// had one down: two nodes down at once.
+	Overlaps bool `json:"overlaps,omitempty"`
 }
 
 func (f Fault) String() string {
@@ -92,7 +95,7 @@ func (s *schedule) run(ctx context.Context) ([]Fault, error) {
 		var secondRng *rand.Rand
 		var delay time.Duration
 		if s.cfg.MaxDown >= 2 && kind != Restart && rng.IntN(3) == 0 {
-			second = &Fault{Kind: []string{Kill9, Pause}[rng.IntN(2)], Node: (f.Node + 1 + rng.IntN(n-1)) % n}
+			second = &Fault{Kind: []string{Kill9, Pause}[rng.IntN(2)], Node: (f.Node + 1 + rng.IntN(n-1)) % n, Overlaps: true}
 			secondRng = rand.New(rand.NewPCG(s.cfg.Seed, rng.Uint64()))
 			delay = time.Duration(rng.Int64N(int64(time.Second)))
 		}

@@ -165,7 +165,13 @@ func (r *Result) WriteTable(w io.Writer) {
 	for _, k := range append(Kinds, Exited) {
 		kinds = append(kinds, fmt.Sprintf("%s %d", k, r.FaultKind[k]))
 	}
-	fmt.Fprintf(w, "faults       %d (%s); node ids seen %d; leases lost %d (%d by pauses)\n", len(r.Faults), strings.Join(kinds, ", "), r.IDs, r.LeasesLost, r.FaultKind[Pause])
+	overlaps := 0
+	for _, f := range r.Faults {
+		if f.Overlaps {
+			overlaps++
+		}
+	}
+	fmt.Fprintf(w, "faults       %d (%s); two nodes down at once %d times; node ids seen %d; leases lost %d (%d by pauses)\n", len(r.Faults), strings.Join(kinds, ", "), overlaps, r.IDs, r.LeasesLost, r.FaultKind[Pause])
 	for _, f := range r.Faults {
 		fmt.Fprintf(w, "  %s\n", f)
 	}
