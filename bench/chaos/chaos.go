@@ -375,6 +375,7 @@ func run(ctx context.Context, cfg Config, dir string, res *Result) error {
 	}
 	stopReaders()
 	readers.Wait()
+	var subEnds, watchEnds []string
 	for k, sub := range subs {
 		l, ok := logs[sub.object]
 		if !ok {
@@ -386,6 +387,9 @@ func run(ctx context.Context, cfg Config, dir string, res *Result) error {
 		res.Subscribers.Events += n
 		res.Subscribers.Violations += len(vs)
 		res.Subscribers.Connections += len(sessions)
+		for _, s := range sessions {
+			subEnds = append(subEnds, s.End)
+		}
 		res.Violations = append(res.Violations, vs...)
 	}
 	for k, wt := range watchers {
@@ -398,6 +402,9 @@ func run(ctx context.Context, cfg Config, dir string, res *Result) error {
 		res.Watchers.Objects++
 		res.Watchers.Connections += len(conns)
 		for _, c := range conns {
+			watchEnds = append(watchEnds, c.End)
+		}
+		for _, c := range conns {
 			res.Watchers.Events += len(c.Events)
 		}
 		res.Watchers.Violations += len(vs)
@@ -405,6 +412,8 @@ func run(ctx context.Context, cfg Config, dir string, res *Result) error {
 		res.WatchTotal += loss.Total
 		res.Violations = append(res.Violations, vs...)
 	}
+
+	res.Subscribers.Ends, res.Watchers.Ends = ends(subEnds), ends(watchEnds)
 
 	ops := rec.Ops()
 	byObj := ByObject(ops)

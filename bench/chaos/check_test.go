@@ -322,3 +322,37 @@ func TestMinimizeHistory(t *testing.T) {
 		t.Fatalf("no budget: %d operations, done %v", len(m.Ops), m.Done)
 	}
 }
+
+func TestEnded(t *testing.T) {
+	run, stop := context.WithCancel(context.Background())
+	conn := func(cause error) context.Context {
+		c, cancel := context.WithCancelCause(run)
+		if cause != nil {
+			cancel(cause)
+		}
+		t.Cleanup(func() { cancel(nil) })
+		return c
+	}
+	for _, c := range []struct {
+		cctx context.Context
+		err  error
+		want string
+	}{
+		{conn(errNodeDown), nil, "node down"},
+		{conn(errIdle), nil, "idle"},
+		{conn(nil), &client.APIError{Status: 503}, "refused 503"},
+		{conn(nil), errors.New("connection closed: EOF"), "dropped"},
+		{conn(nil), nil, "dropped"},
+	} {
+		if got := ended(run, c.cctx, c.err); got != c.want {
+			t.Errorf("ended(%v, %v) = %q, want %q", context.Cause(c.cctx), c.err, got, c.want)
+		}
+	}
+	stop()
+	if got := ended(run, conn(errIdle), nil); got != "run end" {
+		t.Errorf("after the run: %q", got)
+	}
+	if got := ends([]string{"idle", "node down", "idle", "dropped"}); got != "idle 2, dropped 1, node down 1" {
+		t.Errorf("ends: %q", got)
+	}
+}

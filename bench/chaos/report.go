@@ -70,7 +70,9 @@ type EventCheck struct {
 	Objects     int `json:"objects"`
 	Events      int `json:"events"`
 	Connections int `json:"connections,omitempty"`
-	Violations  int `json:"violations"`
+	// Ends counts why the connections ended: "node down 4, idle 2".
+	Ends       string `json:"ends,omitempty"`
+	Violations int    `json:"violations"`
 }
 
 // Availability is one object's: the longest time between two acknowledged
@@ -190,11 +192,17 @@ func (r *Result) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "checks       linearizable %d/%d objects; violations %d\n", r.Linearizable, r.Objects, len(r.Violations))
 	fmt.Fprintf(w, "followers    %d tallies, %d events checked exactly once by identity; violations %d\n", r.Followers.Objects, r.Followers.Events, r.Followers.Violations)
 	fmt.Fprintf(w, "subscribers  %d, %d events got over %d connections, each resumed after its checkpoint with no gap; violations %d\n", r.Subscribers.Objects, r.Subscribers.Events, r.Subscribers.Connections, r.Subscribers.Violations)
+	if r.Subscribers.Ends != "" {
+		fmt.Fprintf(w, "             connections ended: %s\n", r.Subscribers.Ends)
+	}
 	loss := 0.0
 	if r.WatchTotal > 0 {
 		loss = 100 * float64(r.WatchLost) / float64(r.WatchTotal)
 	}
 	fmt.Fprintf(w, "watchers     %d, %d events got over %d connections, none twice; violations %d; lost %d of %d published while connected (%.1f%%)\n", r.Watchers.Objects, r.Watchers.Events, r.Watchers.Connections, r.Watchers.Violations, r.WatchLost, r.WatchTotal, loss)
+	if r.Watchers.Ends != "" {
+		fmt.Fprintf(w, "             connections ended: %s\n", r.Watchers.Ends)
+	}
 	// A few of each kind per object: a lost log makes thousands alike.
 	shown := map[[2]string]int{}
 	for _, v := range r.Violations {

@@ -3,7 +3,12 @@ package chaos
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,6 +35,8 @@ type SubSession struct {
 	After  uint64   `json:"after"`
 	Events []Change `json:"events"`
 	Err    string   `json:"err,omitempty"`
+	// End is why it ended, in a word (see ended).
+	End string `json:"end"`
 }
 
 // subscriber reads one counter's stream (topic "changes") from its start,
@@ -79,6 +86,7 @@ func (s *subscriber) run(ctx context.Context, w *workload, rng *rand.Rand) {
 		if err != nil {
 			sess.Err = err.Error()
 		}
+		sess.End = ended(ctx, sctx, err)
 		s.mu.Lock()
 		s.sessions = append(s.sessions, sess)
 		s.mu.Unlock()
@@ -101,6 +109,8 @@ type WatchConn struct {
 	Closed int64    `json:"closed"`
 	Events []Change `json:"events"`
 	Err    string   `json:"err,omitempty"`
+	// End is why it ended, in a word (see ended).
+	End string `json:"end"`
 }
 
 // watcher follows one counter's "changes" topic over a WebSocket through a
@@ -143,6 +153,10 @@ func (wt *watcher) run(ctx context.Context, w *workload, rng *rand.Rand) {
 		})
 		cancel()
 		conn.Closed = time.Now().UnixNano()
+		conn.End = ended(ctx, wctx, err)
+		if conn.Err == "behind" {
+			conn.End = "behind"
+		}
 		if err != nil && conn.Err == "" {
 			conn.Err = err.Error()
 		}
@@ -181,7 +195,7 @@ func (w *workload) pickNode(rng *rand.Rand, prev int) (int, bool) {
 // holds its sockets open and silent), or after streamIdle without an
 // event.
 func (w *workload) connection(ctx context.Context, node int, lastEvent *atomic.Int64) (context.Context, context.CancelFunc) {
-	cctx, cancel := context.WithCancel(ctx)
+	cctx, cancel := context.WithCancelCause(ctx)
 	go func() {
 		t := time.NewTicker(100 * time.Millisecond)
 		defer t.Stop()
@@ -191,13 +205,61 @@ func (w *workload) connection(ctx context.Context, node int, lastEvent *atomic.I
 				return
 			case <-t.C:
 			}
-			if w.nodes.isDown(node) || time.Since(time.Unix(0, lastEvent.Load())) > streamIdle {
-				cancel()
+			switch {
+			case w.nodes.isDown(node):
+				cancel(errNodeDown)
+				return
+			case time.Since(time.Unix(0, lastEvent.Load())) > streamIdle:
+				cancel(errIdle)
 				return
 			}
 		}
 	}()
-	return cctx, cancel
+	return cctx, func() { cancel(nil) }
+}
+
+var (
+	errNodeDown = errors.New("node down")
+	errIdle     = errors.New("idle")
+)
+
+// ended says in a word why a reader's connection ended: the run's end
+// (ctx), its node taken down or its silence (the connection's context,
+// cctx), a node's refusal (with its HTTP status), or a drop (any other
+// error, or the stream's end).
+func ended(ctx, cctx context.Context, err error) string {
+	var ae *client.APIError
+	switch cause := context.Cause(cctx); {
+	case ctx.Err() != nil:
+		return "run end"
+	case cause == errNodeDown || cause == errIdle:
+		return cause.Error()
+	case errors.As(err, &ae):
+		return fmt.Sprintf("refused %d", ae.Status)
+	default:
+		return "dropped"
+	}
+}
+
+// ends counts the connections' ends by reason, most first: "node down 4,
+// idle 2".
+func ends(reasons []string) string {
+	n := map[string]int{}
+	for _, r := range reasons {
+		n[r]++
+	}
+	keys := slices.Collect(maps.Keys(n))
+	slices.SortFunc(keys, func(a, b string) int {
+		if n[a] != n[b] {
+			return n[b] - n[a]
+		}
+		return strings.Compare(a, b)
+	})
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %d", k, n[k]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func pause(ctx context.Context, d time.Duration) {
