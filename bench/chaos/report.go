@@ -173,7 +173,7 @@ func (r *Result) WriteTable(w io.Writer) {
 			overlaps++
 		}
 	}
-	fmt.Fprintf(w, "faults       %d (%s); two nodes down at once %d times; node ids seen %d; leases lost %d (%d by pauses)\n", len(r.Faults), strings.Join(kinds, ", "), overlaps, r.IDs, r.LeasesLost, r.FaultKind[Pause])
+	fmt.Fprintf(w, "faults       %d (%s), %d with a second node down at once; node ids seen %d; leases lost %d (%d by pauses)\n", len(r.Faults), strings.Join(kinds, ", "), overlaps, r.IDs, r.LeasesLost, r.FaultKind[Pause])
 	for _, f := range r.Faults {
 		fmt.Fprintf(w, "  %s\n", f)
 	}
