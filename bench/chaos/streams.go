@@ -225,8 +225,11 @@ var (
 
 // ended says in a word why a reader's connection ended: the run's end
 // (ctx), its node taken down or its silence (the connection's context,
-// cctx), a node's refusal (with its HTTP status), or a drop (any other
-// error, or the stream's end).
+// cctx), a node's refusal of the request (with its HTTP status), or a
+// drop: any other error, or the stream's end. A WebSocket follow the node
+// refused (as it does while the publisher has no live home: "unavailable")
+// is a drop too; the client does not tell it from a closed socket but by
+// its text.
 func ended(ctx, cctx context.Context, err error) string {
 	var ae *client.APIError
 	switch cause := context.Cause(cctx); {
