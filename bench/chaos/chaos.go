@@ -403,8 +403,6 @@ func run(ctx context.Context, cfg Config, dir string, res *Result) error {
 		res.Watchers.Connections += len(conns)
 		for _, c := range conns {
 			watchEnds = append(watchEnds, c.End)
-		}
-		for _, c := range conns {
 			res.Watchers.Events += len(c.Events)
 		}
 		res.Watchers.Violations += len(vs)
