@@ -1,16 +1,20 @@
 // Package chaos is the chaos soak: it starts a cluster of `host serve`
 // processes with replicas on, runs clients that add to and read counters
 // (the counter example) through every node while a seeded schedule kills
-// (SIGKILL), pauses (SIGSTOP past the lease) and gracefully restarts one
-// node at a time, records every operation, and at the end checks that the
-// history could have happened on one correct copy of each counter
-// (porcupine), that the counters' logs hold every acknowledged write once
-// and nothing else, and that node ids never return.
+// (SIGKILL), pauses (SIGSTOP past the lease) and gracefully restarts
+// nodes, records every operation, and at the end checks that the history
+// could have happened on one correct copy of each counter (porcupine),
+// that the counters' logs hold every acknowledged write once and nothing
+// else, and that node ids never return.
 //
-// It does not drive WebSocket watchers, durable followers or stream
-// subscribers during the faults; the process tests of cmd/host cover those
-// one fault at a time. `host bench chaos` runs it by hand; its test runs
-// it at a small size.
+// Beside the clients, the counters' events are read the three ways the
+// product offers, through the same faults: durable followers (tally
+// objects) must count each event of their counter's log exactly once;
+// stream subscribers, resuming from their checkpoint through another node
+// whenever their stream breaks, must get every event in order with no
+// gap; WebSocket watchers must never get an event twice on one connection,
+// and what they miss is measured, not a violation. `host bench chaos` runs
+// it by hand; its test runs it at a small size.
 package chaos
 
 import (
@@ -19,6 +23,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -44,6 +49,17 @@ type Config struct {
 	Objects int
 	// Clients is how many clients (8), each in a closed loop.
 	Clients int
+	// Followers is how many counters have a durable follower (4, a
+	// quarter): a tally object, set up before the faults, following the
+	// counter's "changes" topic.
+	Followers int
+	// Subscribers is how many stream subscribers (3), each reading one
+	// counter's stream through a random live node from its start, and
+	// resuming from its checkpoint through another when it breaks.
+	Subscribers int
+	// Watchers is how many WebSocket watchers (3), each following one
+	// counter through a random live node, connecting again when dropped.
+	Watchers int
 	// Think is a client's pause between two calls (20 ms): the clients
 	// load the cluster without saturating a small machine, where missed
 	// heartbeats would add faults nobody scheduled.
@@ -62,6 +78,12 @@ type Config struct {
 	// FaultGap is the mean wait between one fault healing and the next
 	// starting (8 s; each gap is uniform in [0.5, 1.5] × FaultGap).
 	FaultGap time.Duration
+	// MaxDown is how many nodes may be down at once (2): with 2, one
+	// fault in three (a kill -9 or a pause) takes a second node down with
+	// it. Two of five nodes down can leave a 3-way replicated JetStream
+	// stream without a quorum: writes stall until one returns, a loss of
+	// availability, not of safety.
+	MaxDown int
 	// HealTimeout bounds how long the cluster may take to list every node
 	// again after a fault (2 min); past it the run fails.
 	HealTimeout time.Duration
@@ -81,10 +103,10 @@ type Config struct {
 // DefaultConfig is a full-size soak (10 minutes).
 func DefaultConfig() Config {
 	return Config{
-		Nodes: 5, Duration: 10 * time.Minute, Seed: 1, Objects: 16, Clients: 8,
+		Nodes: 5, Duration: 10 * time.Minute, Seed: 1, Objects: 16, Clients: 8, Followers: 4, Subscribers: 3, Watchers: 3,
 		Think: 20 * time.Millisecond, CallTimeout: 3 * time.Second,
 		LeaseTTL: 6 * time.Second, Replicas: 2, SnapshotEvery: 200,
-		FaultGap: 8 * time.Second, HealTimeout: 2 * time.Minute,
+		FaultGap: 8 * time.Second, MaxDown: 2, HealTimeout: 2 * time.Minute,
 		CheckTimeout: 60 * time.Second, LogLevel: "info",
 	}
 }
@@ -105,19 +127,31 @@ func (c Config) Validate() error {
 	if c.Duration <= 0 || c.Objects < 1 || c.Clients < 1 {
 		bad("duration, objects and clients must be positive")
 	}
+	if c.Followers < 0 || c.Followers > c.Objects {
+		bad("followers %d: need 0 to objects (%d)", c.Followers, c.Objects)
+	}
+	if c.MaxDown < 1 || c.MaxDown > 2 || c.MaxDown > (c.Nodes-1)/2 {
+		bad("max down %d: need 1 or 2, and fewer than half the nodes (%d)", c.MaxDown, c.Nodes)
+	}
+	if c.Subscribers < 0 || c.Watchers < 0 {
+		bad("subscribers and watchers must not be negative")
+	}
 	if c.CallTimeout <= 0 || c.LeaseTTL <= 0 || c.FaultGap <= 0 || c.HealTimeout <= 0 || c.CheckTimeout <= 0 {
 		bad("call timeout, lease TTL, fault gap, heal and check timeouts must be positive")
 	}
 	return errors.Join(errs...)
 }
 
-// Run runs one soak. It returns an error when the run could not be done
-// (the cluster did not start or did not heal); violations of the
-// guarantees are in the Result.
 // copiesWait bounds the wait for every object's copies after the run: a
 // little more than a copy's longest backoff.
 const copiesWait = 40 * time.Second
 
+// minimizeBudget bounds each search for a smallest failing history.
+const minimizeBudget = 30 * time.Second
+
+// Run runs one soak. It returns an error when the run could not be done
+// (the cluster did not start or did not heal); violations of the
+// guarantees are in the Result.
 func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("chaos: %w", err)
@@ -143,9 +177,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 }
 
 func run(ctx context.Context, cfg Config, dir string, res *Result) error {
-	built, err := examples.Build(ctx, filepath.Join(dir, "wasm"), examples.Options{Only: []string{"counter"}, SkipRust: true})
+	built, err := examples.Build(ctx, filepath.Join(dir, "wasm"), examples.Options{Only: []string{"counter", "tally"}, SkipRust: true})
 	if err != nil {
-		return fmt.Errorf("build the counter example: %w", err)
+		return fmt.Errorf("build the counter and tally examples: %w", err)
 	}
 	cluster, err := bench.StartCluster(ctx, bench.ClusterConfig{
 		Exe: cfg.Exe, Nodes: cfg.Nodes, Mode: bench.ModeNode, LeaseTTL: cfg.LeaseTTL,
@@ -159,12 +193,17 @@ func run(ctx context.Context, cfg Config, dir string, res *Result) error {
 	for _, n := range cluster.Nodes {
 		res.Logs = append(res.Logs, n.LogPath)
 	}
-	wasm, err := os.ReadFile(built[0].Path)
-	if err != nil {
-		return err
+	for _, b := range built {
+		wasm, err := os.ReadFile(b.Path)
+		if err != nil {
+			return err
+		}
+		if _, err := cluster.Nodes[0].Client.Upload(ctx, b.Name, wasm); err != nil {
+			return fmt.Errorf("upload %s: %w", b.Name, err)
+		}
 	}
-	if _, err := cluster.Nodes[0].Client.Upload(ctx, "counter", wasm); err != nil {
-		return fmt.Errorf("upload counter: %w", err)
+	if err := setupFollowers(ctx, cfg, cluster); err != nil {
+		return err
 	}
 
 	rec := NewRecorder()
@@ -173,6 +212,24 @@ func run(ctx context.Context, cfg Config, dir string, res *Result) error {
 	var samplesMu sync.Mutex
 	var samples []IDSample
 	w.sampleIDs(ctx, &samples, &samplesMu)
+
+	// The readers start before the faults and the writes, and stop once
+	// they caught up with the final logs.
+	readCtx, stopReaders := context.WithCancel(ctx)
+	var readers sync.WaitGroup
+	defer func() { stopReaders(); readers.Wait() }()
+	subs := make([]*subscriber, cfg.Subscribers)
+	for k := range subs {
+		subs[k] = &subscriber{object: objectName((4*k + 1) % cfg.Objects)}
+		rng := rand.New(rand.NewPCG(cfg.Seed, uint64(k)+300))
+		readers.Go(func() { subs[k].run(readCtx, w, rng) })
+	}
+	watchers := make([]*watcher, cfg.Watchers)
+	for k := range watchers {
+		watchers[k] = &watcher{object: objectName((4*k + 2) % cfg.Objects)}
+		rng := rand.New(rand.NewPCG(cfg.Seed, uint64(k)+400))
+		readers.Go(func() { watchers[k].run(readCtx, w, rng) })
+	}
 
 	monCtx, stopMon := context.WithCancel(ctx)
 	monDone := make(chan struct{})
@@ -287,6 +344,75 @@ func run(ctx context.Context, cfg Config, dir string, res *Result) error {
 	res.IDs = distinctIDs(samples)
 	samplesMu.Unlock()
 
+	// Each tally must catch up with its counter's whole log; one deadline
+	// for all of them, past which what they hold is checked.
+	followDeadline := time.Now().Add(cfg.HealTimeout)
+	for i := range cfg.Objects {
+		obj := objectName(i)
+		l, ok := logs[obj]
+		if !cfg.followed(i) || !ok {
+			continue
+		}
+		counts, seen, err := readTally(ctx, cluster, i+2, tallyName(i), obj, len(l), max(0, time.Until(followDeadline)))
+		if err != nil {
+			res.Violations = append(res.Violations, Violation{Check: FollowerOnce, Object: tallyName(i), Detail: err.Error()})
+			continue
+		}
+		n, vs := CheckFollower(tallyName(i), obj, seen, counts.Duplicates, l)
+		res.Followers.Objects++
+		res.Followers.Events += n
+		res.Followers.Violations += len(vs)
+		res.Violations = append(res.Violations, vs...)
+	}
+
+	// Each subscriber must reach its counter's last event; one deadline
+	// for all, past which what they got is checked.
+	for _, sub := range subs {
+		want := uint64(len(logs[sub.object]))
+		for sub.last.Load() < want && time.Now().Before(followDeadline) && ctx.Err() == nil {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	stopReaders()
+	readers.Wait()
+	var subEnds, watchEnds []string
+	for k, sub := range subs {
+		l, ok := logs[sub.object]
+		if !ok {
+			continue
+		}
+		sessions := sub.Sessions()
+		n, vs := CheckSubscriber(fmt.Sprintf("subscriber %d", k), sub.object, sessions, l)
+		res.Subscribers.Objects++
+		res.Subscribers.Events += n
+		res.Subscribers.Violations += len(vs)
+		res.Subscribers.Connections += len(sessions)
+		for _, s := range sessions {
+			subEnds = append(subEnds, s.End)
+		}
+		res.Violations = append(res.Violations, vs...)
+	}
+	for k, wt := range watchers {
+		l, ok := logs[wt.object]
+		if !ok {
+			continue
+		}
+		conns := wt.Conns()
+		loss, vs := CheckWatcher(fmt.Sprintf("watcher %d", k), wt.object, conns, l)
+		res.Watchers.Objects++
+		res.Watchers.Connections += len(conns)
+		for _, c := range conns {
+			watchEnds = append(watchEnds, c.End)
+			res.Watchers.Events += len(c.Events)
+		}
+		res.Watchers.Violations += len(vs)
+		res.WatchLost += loss.Lost
+		res.WatchTotal += loss.Total
+		res.Violations = append(res.Violations, vs...)
+	}
+
+	res.Subscribers.Ends, res.Watchers.Ends = ends(subEnds), ends(watchEnds)
+
 	ops := rec.Ops()
 	byObj := ByObject(ops)
 	for i := range cfg.Objects {
@@ -305,14 +431,7 @@ func run(ctx context.Context, cfg Config, dir string, res *Result) error {
 		case "Ok":
 			res.Linearizable++
 		case "Illegal":
-			stuck, around := l.Stuck()
-			v := Violation{Check: Linearizability, Object: obj, Detail: "no single-copy order explains op #" + strconv.Itoa(stuck.ID), History: formatOps(around)}
-			v.File = writeHistory(dir, obj, byObj[obj])
-			html := filepath.Join(dir, "linearizability-"+filepath.Base(obj)+".html")
-			if l.Visualize(html) == nil {
-				v.File += ", " + html
-			}
-			res.Violations = append(res.Violations, v)
+			res.Violations = append(res.Violations, illegal(dir, obj, byObj[obj], applied, l))
 		default:
 			res.Violations = append(res.Violations, Violation{Check: Linearizability, Object: obj, Detail: fmt.Sprintf("undecided: porcupine's search ran past %v over %d operations", cfg.CheckTimeout, len(l.Ops)), File: writeHistory(dir, obj, byObj[obj])})
 		}
@@ -324,6 +443,38 @@ func run(ctx context.Context, cfg Config, dir string, res *Result) error {
 		}
 	}
 	return healErr
+}
+
+// illegal is the violation of an object's history porcupine found illegal
+// (l): the operation no single-copy order explains, the smallest failing
+// history found, the operations around the stuck one, and files in dir
+// with the whole history and porcupine's view of it.
+func illegal(dir, obj string, ops []Op, applied Applied, l Linearization) Violation {
+	stuck, around := l.Stuck()
+	v := Violation{Check: Linearizability, Object: obj, Detail: "no single-copy order explains op #" + strconv.Itoa(stuck.ID), History: formatOps(around)}
+	// From the operations around the stuck one when they fail alone,
+	// else from all.
+	m := MinimizeHistory(around, applied, minimizeBudget)
+	if !m.Illegal {
+		m = MinimizeHistory(ops, applied, minimizeBudget)
+	}
+	if m.Illegal {
+		state := "1-minimal"
+		if !m.Done {
+			state = "not minimal: the search ran out of time"
+		}
+		v.History = fmt.Sprintf("  smallest failing history found (%d operations, %s; %d more writes kept as values, each at any time):\n%s\n  around op #%d:\n%s",
+			len(m.Ops), state, m.Relaxed, formatOps(m.Ops), stuck.ID, formatOps(around))
+	}
+	if dir == "" {
+		return v
+	}
+	v.File = writeHistory(dir, obj, ops)
+	html := filepath.Join(dir, "linearizability-"+filepath.Base(obj)+".html")
+	if l.Visualize(html) == nil {
+		v.File += ", " + html
+	}
+	return v
 }
 
 // finalValue gets obj's value through node i (the next node on failure),
@@ -356,17 +507,12 @@ func readLog(ctx context.Context, c *client.Client, obj string, final int64) ([]
 	defer cancel()
 	var bad error
 	err := c.Subscribe(sctx, obj, client.SubscribeOptions{Topic: "changes", After: &zero}, func(data []byte) bool {
-		var ev struct {
-			Seq     uint64 `json:"seq"`
-			Payload struct {
-				Value int64 `json:"value"`
-			} `json:"payload"`
-		}
+		var ev envelope
 		if err := json.Unmarshal(data, &ev); err != nil {
 			bad = fmt.Errorf("stream event %q: %w", data, err)
 			return false
 		}
-		log = append(log, Change{Seq: ev.Seq, Value: ev.Payload.Value})
+		log = append(log, Change{Seq: ev.Seq, Value: ev.Payload.Value, Time: ev.Time})
 		return ev.Payload.Value < final
 	})
 	if bad != nil {

@@ -74,6 +74,12 @@ func TestChaosSoak(t *testing.T) {
 		if r.Outcomes[string(OK)] < 300 || r.Linearizable != cfg.Objects {
 			t.Fatalf("%d acknowledged operations, %d of %d objects checked linearizable", r.Outcomes[string(OK)], r.Linearizable, cfg.Objects)
 		}
+		// Each reader's check ran on events, or it proved nothing.
+		if r.Followers.Objects != cfg.Followers || r.Followers.Events == 0 ||
+			r.Subscribers.Objects != cfg.Subscribers || r.Subscribers.Events == 0 ||
+			r.Watchers.Objects != cfg.Watchers || r.Watchers.Events == 0 {
+			t.Fatalf("followers %+v, subscribers %+v, watchers %+v: a reader checked nothing", r.Followers, r.Subscribers, r.Watchers)
+		}
 	})
 	t.Run("copies made again", func(t *testing.T) {
 		// Not one of the safety checks, but the README's promise

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -13,8 +14,10 @@ import (
 // Change is one event of a counter's log, topic "changes": the value after
 // one applied add, at its position in the object's log.
 type Change struct {
-	Seq   uint64
-	Value int64
+	Seq   uint64 `json:"seq"`
+	Value int64  `json:"value"`
+	// Time is the event's publish time (Unix ns), when known.
+	Time int64 `json:"time,omitempty"`
 }
 
 // Violation is one broken guarantee.
@@ -48,6 +51,9 @@ const (
 	LogConsistency  = "log consistent"
 	NodeIDReuse     = "node ids never reused"
 	NodeExited      = "no node exits on its own"
+	FollowerOnce    = "durable follower counts each event once"
+	SubscriberGap   = "stream subscriber gets every event in order from its checkpoint"
+	WatcherOnce     = "watcher gets no event twice on one connection"
 )
 
 // Applied maps each write's amount to the value its add produced, as the
@@ -117,6 +123,152 @@ func CheckObjectLog(object string, ops []Op, log []Change, final int64) (Applied
 		bad(LostWrite, "write #%d was acknowledged and is not in the final state\n  %s", id, lost[id])
 	}
 	return applied, vs
+}
+
+// CheckFollower checks, by identity, what a durable follower (a tally)
+// received from one publisher against the publisher's log: the seqs it
+// committed (its seen/ keys) are exactly the log's, none missing, none
+// extra, and its handler never saw one twice (duplicates). It returns how
+// many events it checked.
+func CheckFollower(tally, publisher string, seen []uint64, duplicates int64, log []Change) (int, []Violation) {
+	var vs []Violation
+	bad := func(format string, args ...any) {
+		vs = append(vs, Violation{Check: FollowerOnce, Object: tally, Detail: fmt.Sprintf("following %s: ", publisher) + fmt.Sprintf(format, args...)})
+	}
+	if duplicates != 0 {
+		bad("its handler was given %d events it had already committed", duplicates)
+	}
+	inLog := map[uint64]bool{}
+	for _, c := range log {
+		inLog[c.Seq] = true
+	}
+	got := map[uint64]bool{}
+	for _, s := range seen {
+		switch {
+		case got[s]:
+			bad("seq %d counted twice", s)
+		case !inLog[s]:
+			bad("seq %d counted, and the log has no such event", s)
+		}
+		got[s] = true
+	}
+	var missing []uint64
+	for _, c := range log {
+		if !got[c.Seq] {
+			missing = append(missing, c.Seq)
+		}
+	}
+	if len(missing) > 0 {
+		bad("%d of the log's %d events never counted: seqs %s", len(missing), len(log), seqRanges(missing))
+	}
+	return len(log), vs
+}
+
+// CheckSubscriber checks one stream subscriber of object against its log:
+// each session (a connection, resumed after the checkpoint After) got
+// seqs strictly increasing from After+1 with no gap, each with the log's
+// payload, and the sessions together got every event of the log. It
+// returns how many events the sessions got.
+func CheckSubscriber(name, object string, sessions []SubSession, log []Change) (int, []Violation) {
+	var vs []Violation
+	bad := func(format string, args ...any) {
+		vs = append(vs, Violation{Check: SubscriberGap, Object: object, Detail: name + ": " + fmt.Sprintf(format, args...)})
+	}
+	value := map[uint64]int64{}
+	for _, c := range log {
+		value[c.Seq] = c.Value
+	}
+	got := map[uint64]bool{}
+	events := 0
+	for k, s := range sessions {
+		prev := s.After
+		for _, e := range s.Events {
+			events++
+			if e.Seq != prev+1 {
+				bad("connection %d (through node %d, after %d): seq %d follows %d", k, s.Node, s.After, e.Seq, prev)
+				break
+			}
+			prev = e.Seq
+			got[e.Seq] = true
+			if v, ok := value[e.Seq]; !ok {
+				bad("connection %d (through node %d): seq %d is past the log's end (%d events)", k, s.Node, e.Seq, len(log))
+			} else if v != e.Value {
+				bad("connection %d (through node %d): seq %d holds value %d, the log %d", k, s.Node, e.Seq, e.Value, v)
+			}
+		}
+	}
+	var missing []uint64
+	for _, c := range log {
+		if !got[c.Seq] {
+			missing = append(missing, c.Seq)
+		}
+	}
+	if len(missing) > 0 {
+		bad("%d of the log's %d events never got (after %d connections): seqs %s", len(missing), len(log), len(sessions), seqRanges(missing))
+	}
+	return events, vs
+}
+
+// WatchLoss is what a watcher's connections missed: the log's events
+// published while a connection was open that it did not get, of all
+// events published while one was open.
+type WatchLoss struct {
+	Lost, Total int
+}
+
+// CheckWatcher checks one watcher of object against its log: no
+// connection got an event twice (at-most-once), and every event it got is
+// the log's (a watcher never sees what the object did not commit). What
+// each connection missed of the events published while it was open is
+// counted, not a violation: connections are at-most-once. Events
+// published as a connection was still following count as missed, so the
+// loss is an upper bound.
+func CheckWatcher(name, object string, conns []WatchConn, log []Change) (WatchLoss, []Violation) {
+	var vs []Violation
+	var loss WatchLoss
+	value := map[uint64]int64{}
+	for _, c := range log {
+		value[c.Seq] = c.Value
+	}
+	for k, c := range conns {
+		got := map[uint64]bool{}
+		for _, e := range c.Events {
+			if got[e.Seq] {
+				vs = append(vs, Violation{Check: WatcherOnce, Object: object, Detail: fmt.Sprintf("%s: connection %d (through node %d) got seq %d twice", name, k, c.Node, e.Seq)})
+			}
+			got[e.Seq] = true
+			if v, ok := value[e.Seq]; !ok || v != e.Value {
+				vs = append(vs, Violation{Check: WatcherOnce, Object: object, Detail: fmt.Sprintf("%s: connection %d (through node %d) got seq %d with value %d, which the log does not hold", name, k, c.Node, e.Seq, e.Value)})
+			}
+		}
+		for _, e := range log {
+			if e.Time >= c.Opened && e.Time <= c.Closed {
+				loss.Total++
+				if !got[e.Seq] {
+					loss.Lost++
+				}
+			}
+		}
+	}
+	return loss, vs
+}
+
+// seqRanges shows sorted seqs as ranges: "3, 7-9".
+func seqRanges(seqs []uint64) string {
+	var parts []string
+	for i := 0; i < len(seqs); {
+		j := i
+		for j+1 < len(seqs) && seqs[j+1] == seqs[j]+1 {
+			j++
+		}
+		if j == i {
+			parts = append(parts, strconv.FormatUint(seqs[i], 10))
+		} else {
+			parts = append(parts, fmt.Sprintf("%d-%d", seqs[i], seqs[j]))
+		}
+		i = j + 1
+	}
+	return strings.Join(parts, ", ")
 }
 
 // counterInput is a porcupine input: an add of Amount, or a get.

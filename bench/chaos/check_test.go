@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -84,15 +85,15 @@ func TestCheckObjectLog(t *testing.T) {
 		final int64
 		want  []string // the checks that must fail; none = clean
 	}{
-		{"every acknowledged write once", []Change{{1, 5}, {2, 12}}, 12, nil},
-		{"with the ambiguous one applied", []Change{{1, 5}, {2, 12}, {3, 23}}, 23, nil},
-		{"an acknowledged write missing", []Change{{1, 5}}, 5, []string{LostWrite}},
-		{"an acknowledged write at another value than its reply", []Change{{1, 7}, {2, 12}}, 12, []string{LostWrite}},
-		{"a write applied twice", []Change{{1, 5}, {2, 12}, {3, 17}}, 17, []string{AppliedTwice}},
-		{"a change nobody sent", []Change{{1, 5}, {2, 12}, {3, 13}}, 13, []string{LogConsistency}},
-		{"a refused write applied", []Change{{1, 5}, {2, 12}, {3, 25}}, 25, []string{LogConsistency}},
-		{"a gap", []Change{{1, 5}, {3, 12}}, 12, []string{LogConsistency}},
-		{"the final value past the log", []Change{{1, 5}, {2, 12}}, 23, []string{LogConsistency}},
+		{"every acknowledged write once", []Change{{Seq: 1, Value: 5}, {Seq: 2, Value: 12}}, 12, nil},
+		{"with the ambiguous one applied", []Change{{Seq: 1, Value: 5}, {Seq: 2, Value: 12}, {Seq: 3, Value: 23}}, 23, nil},
+		{"an acknowledged write missing", []Change{{Seq: 1, Value: 5}}, 5, []string{LostWrite}},
+		{"an acknowledged write at another value than its reply", []Change{{Seq: 1, Value: 7}, {Seq: 2, Value: 12}}, 12, []string{LostWrite}},
+		{"a write applied twice", []Change{{Seq: 1, Value: 5}, {Seq: 2, Value: 12}, {Seq: 3, Value: 17}}, 17, []string{AppliedTwice}},
+		{"a change nobody sent", []Change{{Seq: 1, Value: 5}, {Seq: 2, Value: 12}, {Seq: 3, Value: 13}}, 13, []string{LogConsistency}},
+		{"a refused write applied", []Change{{Seq: 1, Value: 5}, {Seq: 2, Value: 12}, {Seq: 3, Value: 25}}, 25, []string{LogConsistency}},
+		{"a gap", []Change{{Seq: 1, Value: 5}, {Seq: 3, Value: 12}}, 12, []string{LogConsistency}},
+		{"the final value past the log", []Change{{Seq: 1, Value: 5}, {Seq: 2, Value: 12}}, 23, []string{LogConsistency}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -160,5 +161,198 @@ func TestClassify(t *testing.T) {
 	}
 	if !strings.Contains(refused.Error(), "refused") {
 		t.Fatalf("not a refused connection: %v", refused)
+	}
+}
+
+func TestCheckFollower(t *testing.T) {
+	log := []Change{{Seq: 1, Value: 5}, {Seq: 2, Value: 12}, {Seq: 3, Value: 23}}
+	cases := []struct {
+		name       string
+		seen       []uint64
+		duplicates int64
+		bad        bool
+	}{
+		{"every event once", []uint64{1, 2, 3}, 0, false},
+		{"a seq missing", []uint64{1, 3}, 0, true},
+		{"the last seq missing", []uint64{1, 2}, 0, true},
+		{"a seq twice", []uint64{1, 2, 2, 3}, 0, true},
+		{"a seq the log lacks", []uint64{1, 2, 3, 4}, 0, true},
+		{"a duplicate delivery the handler caught", []uint64{1, 2, 3}, 1, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			n, vs := CheckFollower("tally/t000", obj, c.seen, c.duplicates, log)
+			if n != len(log) {
+				t.Errorf("checked %d events, want %d", n, len(log))
+			}
+			if c.bad != (len(vs) > 0) {
+				t.Fatalf("violations %v, want some: %v", vs, c.bad)
+			}
+			for _, v := range vs {
+				if v.Check != FollowerOnce {
+					t.Errorf("check %q, want %q", v.Check, FollowerOnce)
+				}
+			}
+		})
+	}
+	if got := seqRanges([]uint64{3, 7, 8, 9, 12}); got != "3, 7-9, 12" {
+		t.Errorf("seqRanges: %q", got)
+	}
+}
+
+func TestCheckSubscriber(t *testing.T) {
+	log := []Change{{Seq: 1, Value: 5}, {Seq: 2, Value: 12}, {Seq: 3, Value: 23}, {Seq: 4, Value: 30}}
+	ev := func(seq uint64) Change { return log[seq-1] }
+	cases := []struct {
+		name     string
+		sessions []SubSession
+		bad      bool
+	}{
+		{"one connection, every event", []SubSession{{After: 0, Events: []Change{ev(1), ev(2), ev(3), ev(4)}}}, false},
+		{"resumed from its checkpoint", []SubSession{{After: 0, Events: []Change{ev(1), ev(2)}}, {After: 2, Events: []Change{ev(3), ev(4)}}}, false},
+		{"resumed with nothing new, then the rest", []SubSession{{After: 0, Events: []Change{ev(1)}}, {After: 1, Err: "reset"}, {After: 1, Events: []Change{ev(2), ev(3), ev(4)}}}, false},
+		{"a gap in one connection", []SubSession{{After: 0, Events: []Change{ev(1), ev(3), ev(4)}}}, true},
+		{"a gap another connection covers", []SubSession{{After: 0, Events: []Change{ev(1), ev(3), ev(4)}}, {After: 0, Events: []Change{ev(1), ev(2), ev(3), ev(4)}}}, true},
+		{"a gap at the checkpoint", []SubSession{{After: 0, Events: []Change{ev(1), ev(2)}}, {After: 2, Events: []Change{ev(4)}}}, true},
+		{"a seq twice in one connection", []SubSession{{After: 0, Events: []Change{ev(1), ev(2), ev(2), ev(3), ev(4)}}}, true},
+		{"out of order", []SubSession{{After: 0, Events: []Change{ev(2), ev(1), ev(3), ev(4)}}}, true},
+		{"stopped short of the log's end", []SubSession{{After: 0, Events: []Change{ev(1), ev(2), ev(3)}}}, true},
+		{"a payload the log does not hold", []SubSession{{After: 0, Events: []Change{ev(1), {Seq: 2, Value: 13}, ev(3), ev(4)}}}, true},
+		{"an event past the log", []SubSession{{After: 0, Events: []Change{ev(1), ev(2), ev(3), ev(4), {Seq: 5, Value: 31}}}}, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, vs := CheckSubscriber("subscriber 0", obj, c.sessions, log)
+			if c.bad != (len(vs) > 0) {
+				t.Fatalf("violations %v, want some: %v", vs, c.bad)
+			}
+			for _, v := range vs {
+				if v.Check != SubscriberGap {
+					t.Errorf("check %q, want %q", v.Check, SubscriberGap)
+				}
+			}
+		})
+	}
+}
+
+func TestCheckWatcher(t *testing.T) {
+	// Published at 10, 20, 30, 40 (ns).
+	log := []Change{{Seq: 1, Value: 5, Time: 10}, {Seq: 2, Value: 12, Time: 20}, {Seq: 3, Value: 23, Time: 30}, {Seq: 4, Value: 30, Time: 40}}
+	ev := func(seq uint64) Change { return log[seq-1] }
+	cases := []struct {
+		name        string
+		conns       []WatchConn
+		bad         bool
+		lost, total int
+	}{
+		{"every event once", []WatchConn{{Opened: 0, Closed: 50, Events: []Change{ev(1), ev(2), ev(3), ev(4)}}}, false, 0, 4},
+		{"a drop loses what it missed, not a violation", []WatchConn{{Opened: 0, Closed: 25, Events: []Change{ev(1)}}, {Opened: 35, Closed: 50, Events: []Change{ev(4)}}}, false, 1, 3},
+		{"the same event on two connections is fine", []WatchConn{{Opened: 0, Closed: 25, Events: []Change{ev(1), ev(2)}}, {Opened: 15, Closed: 50, Events: []Change{ev(2), ev(3), ev(4)}}}, false, 0, 5},
+		{"an event twice on one connection", []WatchConn{{Opened: 0, Closed: 50, Events: []Change{ev(1), ev(2), ev(2), ev(3), ev(4)}}}, true, 0, 4},
+		{"an event the log does not hold", []WatchConn{{Opened: 0, Closed: 50, Events: []Change{ev(1), {Seq: 2, Value: 13}, ev(3), ev(4)}}}, true, 0, 4},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			loss, vs := CheckWatcher("watcher 0", obj, c.conns, log)
+			if c.bad != (len(vs) > 0) {
+				t.Fatalf("violations %v, want some: %v", vs, c.bad)
+			}
+			if loss.Lost != c.lost || loss.Total != c.total {
+				t.Errorf("lost %d of %d, want %d of %d", loss.Lost, loss.Total, c.lost, c.total)
+			}
+			for _, v := range vs {
+				if v.Check != WatcherOnce {
+					t.Errorf("check %q, want %q", v.Check, WatcherOnce)
+				}
+			}
+		})
+	}
+}
+
+func TestMinimizeHistory(t *testing.T) {
+	// A stale read in a busy history: client 1's get at 500 reads 0 after
+	// add(5) was acknowledged at 10 and read by others; the rest is
+	// writes and reads that chain correctly.
+	ops := []Op{add(1, 0, 5, 5, 0, 10)}
+	sum, id := int64(5), 2
+	for k := range 20 {
+		at := int64(20 + 20*k)
+		if k%2 == 0 {
+			sum += int64(100 + k)
+			ops = append(ops, add(id, 2, int64(100+k), sum, at, at+5))
+		} else {
+			ops = append(ops, get(id, 3, sum, at, at+5))
+		}
+		id++
+	}
+	stale := get(id, 1, 0, 500, 510)
+	ops = append(ops, stale, get(id+1, 3, sum, 520, 530))
+	applied := Applied{}
+	for _, o := range ops {
+		if o.Kind == Write {
+			applied[o.Amount] = o.Value
+		}
+	}
+	if l := CheckLinearizable(ops, applied, 10*time.Second); l.Result != porcupine.Illegal {
+		t.Fatalf("the history is %s, want illegal", l.Result)
+	}
+	m := MinimizeHistory(ops, applied, 30*time.Second)
+	t.Logf("%d checks; %d operations and %d relaxed writes of %d:\n%s", m.Checks, len(m.Ops), m.Relaxed, len(ops), formatOps(m.Ops))
+	if !m.Illegal || !m.Done {
+		t.Fatalf("illegal %v, done %v: want both in 30 s", m.Illegal, m.Done)
+	}
+	// Still the violation: the stale read, and one operation that shows
+	// the value it missed; nothing else.
+	if len(m.Ops) != 2 || !slices.ContainsFunc(m.Ops, func(o Op) bool { return o.ID == stale.ID }) {
+		t.Fatalf("minimal history of %d operations, want the stale read and one before it:\n%s", len(m.Ops), formatOps(m.Ops))
+	}
+	// The soak's violation prints it, with the operations around.
+	v := illegal("", obj, ops, applied, CheckLinearizable(ops, applied, 10*time.Second))
+	if v.Check != Linearizability || !strings.Contains(v.History, "smallest failing history found (2 operations, 1-minimal") || !strings.Contains(v.History, stale.String()) {
+		t.Fatalf("violation without the smallest history:\n%s", v)
+	}
+
+	// A legal history comes back whole, no search.
+	good := ops[:len(ops)-2]
+	if m := MinimizeHistory(good, applied, 10*time.Second); len(m.Ops) != len(good) || m.Illegal || m.Done {
+		t.Fatalf("legal history: %d of %d operations, done %v", len(m.Ops), len(good), m.Done)
+	}
+	// Out of budget: what it has, still illegal.
+	if m := MinimizeHistory(ops, applied, time.Nanosecond); m.Done || len(m.Ops) == 0 {
+		t.Fatalf("no budget: %d operations, done %v", len(m.Ops), m.Done)
+	}
+}
+
+func TestEnded(t *testing.T) {
+	run, stop := context.WithCancel(context.Background())
+	conn := func(cause error) context.Context {
+		c, cancel := context.WithCancelCause(run)
+		if cause != nil {
+			cancel(cause)
+		}
+		t.Cleanup(func() { cancel(nil) })
+		return c
+	}
+	for _, c := range []struct {
+		cctx context.Context
+		err  error
+		want string
+	}{
+		{conn(errNodeDown), nil, "node down"},
+		{conn(errIdle), nil, "idle"},
+		{conn(nil), &client.APIError{Status: 503}, "refused 503"},
+		{conn(nil), errors.New("connection closed: EOF"), "dropped"},
+		{conn(nil), nil, "dropped"},
+	} {
+		if got := ended(run, c.cctx, c.err); got != c.want {
+			t.Errorf("ended(%v, %v) = %q, want %q", context.Cause(c.cctx), c.err, got, c.want)
+		}
+	}
+	stop()
+	if got := ended(run, conn(errIdle), nil); got != "run end" {
+		t.Errorf("after the run: %q", got)
+	}
+	if got := ends([]string{"idle", "node down", "idle", "dropped"}); got != "idle 2, dropped 1, node down 1" {
+		t.Errorf("ends: %q", got)
 	}
 }

@@ -32,6 +32,9 @@ type Fault struct {
 	Start int64  `json:"start"`
 	End   int64  `json:"end"`
 	Note  string `json:"note,omitempty"`
+	// Overlaps says this fault took its node down while another fault
+	// had one down: two nodes down at once.
+	Overlaps bool `json:"overlaps,omitempty"`
 }
 
 func (f Fault) String() string {
@@ -68,6 +71,7 @@ type schedule struct {
 
 func (s *schedule) run(ctx context.Context) ([]Fault, error) {
 	rng := rand.New(rand.NewPCG(s.cfg.Seed, 1))
+	n := len(s.cluster.Nodes)
 	var round []int
 	for {
 		gap := time.Duration(float64(s.cfg.FaultGap) * (0.5 + rng.Float64()))
@@ -82,10 +86,47 @@ func (s *schedule) run(ctx context.Context) ([]Fault, error) {
 		}
 		kind := Kinds[round[0]]
 		round = round[1:]
-		f := Fault{Kind: kind, Node: rng.IntN(len(s.cluster.Nodes)), Start: s.rec.Now()}
-		err := s.inject(&f, rng)
+		f := Fault{Kind: kind, Node: rng.IntN(n)}
+		// One fault in three (not a graceful restart: bench's Restart
+		// waits for every node to list all, which a second node down
+		// would fail) takes a second node down with it, from up to a
+		// second later: a kill -9 or a pause of its own.
+		var second *Fault
+		var secondRng *rand.Rand
+		var delay time.Duration
+		if s.cfg.MaxDown >= 2 && kind != Restart && rng.IntN(3) == 0 {
+			second = &Fault{Kind: []string{Kill9, Pause}[rng.IntN(2)], Node: (f.Node + 1 + rng.IntN(n-1)) % n, Overlaps: true}
+			secondRng = rand.New(rand.NewPCG(s.cfg.Seed, rng.Uint64()))
+			delay = time.Duration(rng.Int64N(int64(time.Second)))
+		}
+		var secondErr error
+		secondDone := make(chan struct{})
+		if second != nil {
+			go func() {
+				defer close(secondDone)
+				time.Sleep(delay)
+				second.Start = s.rec.Now()
+				second.Note = "overlaps the " + kind + " of node " + fmt.Sprint(f.Node)
+				secondErr = s.down(second, secondRng)
+			}()
+		} else {
+			close(secondDone)
+		}
+		f.Start = s.rec.Now()
+		err := s.down(&f, rng)
+		<-secondDone
+		if err == nil {
+			err = secondErr
+		}
+		if err == nil {
+			err = s.waitHealed(context.Background())
+		}
 		f.End = s.rec.Now()
 		s.faults = append(s.faults, f)
+		if second != nil {
+			second.End = f.End
+			s.faults = append(s.faults, *second)
+		}
 		if s.cfg.Progress != nil {
 			s.cfg.Progress("fault: "+kind, len(s.faults), len(s.faults))
 		}
@@ -136,10 +177,11 @@ func (s *schedule) revive() error {
 	return nil
 }
 
-// inject runs one fault and waits for the cluster to be whole again; its
-// objects' copies too while the clients still write (an object the clients
-// left idle may stay a copy short, which the run reports at its end).
-func (s *schedule) inject(f *Fault, rng *rand.Rand) error {
+// down runs one fault until its node answers again; the caller then waits
+// for the cluster to be whole again (waitHealed), its objects' copies too
+// while the clients still write (an object the clients left idle may stay
+// a copy short, which the run reports at its end).
+func (s *schedule) down(f *Fault, rng *rand.Rand) error {
 	i := f.Node
 	// A fault is not cut short by the run's end: the cluster is healed
 	// before the final reads.
@@ -167,7 +209,7 @@ func (s *schedule) inject(f *Fault, rng *rand.Rand) error {
 		// (A stopped process can only die of SIGKILL: from outside.)
 		time.Sleep(500 * time.Millisecond)
 		if !s.cluster.Running(i) {
-			f.Note = "exited while paused or after SIGCONT; started again: " + s.cluster.Exited()
+			f.Note = strings.TrimPrefix(f.Note+"; exited while paused or after SIGCONT; started again: "+s.cluster.Exited(), "; ")
 			s.nodes.restarted(i)
 			if err := s.cluster.Start(i); err != nil {
 				return err
@@ -183,7 +225,7 @@ func (s *schedule) inject(f *Fault, rng *rand.Rand) error {
 		return err
 	}
 	s.nodes.setDown(i, false)
-	return s.waitHealed(ctx)
+	return nil
 }
 
 // waitHealed waits until the cluster is whole again, so that the next

@@ -33,6 +33,16 @@ type Result struct {
 	// own (a missed heartbeat, a leader election), faults nobody scheduled.
 	LeasesLost int `json:"leases_lost"`
 
+	// Followers is what the durable followers' check covered.
+	Followers EventCheck `json:"followers"`
+	// Subscribers and Watchers are the stream subscribers' and the
+	// WebSocket watchers' checks; WatchLost of WatchTotal events published
+	// while a watcher's connection was open did not reach it.
+	Subscribers EventCheck `json:"subscribers"`
+	Watchers    EventCheck `json:"watchers"`
+	WatchLost   int        `json:"watch_lost"`
+	WatchTotal  int        `json:"watch_total"`
+
 	// Linearizable is how many objects porcupine found linearizable.
 	Linearizable int `json:"linearizable"`
 	// Availability is per object, worst first.
@@ -51,6 +61,18 @@ type Result struct {
 	// Error is why the run could not finish as planned (the cluster did
 	// not heal), if it did not.
 	Error string `json:"error,omitempty"`
+}
+
+// EventCheck is what one check of the counters' event readers covered:
+// how many readers, the log events checked against them, and the
+// violations found.
+type EventCheck struct {
+	Objects     int `json:"objects"`
+	Events      int `json:"events"`
+	Connections int `json:"connections,omitempty"`
+	// Ends counts why the connections ended: "node down 4, idle 2".
+	Ends       string `json:"ends,omitempty"`
+	Violations int    `json:"violations"`
 }
 
 // Availability is one object's: the longest time between two acknowledged
@@ -145,7 +167,13 @@ func (r *Result) WriteTable(w io.Writer) {
 	for _, k := range append(Kinds, Exited) {
 		kinds = append(kinds, fmt.Sprintf("%s %d", k, r.FaultKind[k]))
 	}
-	fmt.Fprintf(w, "faults       %d (%s); node ids seen %d; leases lost %d (%d by pauses)\n", len(r.Faults), strings.Join(kinds, ", "), r.IDs, r.LeasesLost, r.FaultKind[Pause])
+	overlaps := 0
+	for _, f := range r.Faults {
+		if f.Overlaps {
+			overlaps++
+		}
+	}
+	fmt.Fprintf(w, "faults       %d (%s), %d with a second node down at once; node ids seen %d; leases lost %d (%d by pauses)\n", len(r.Faults), strings.Join(kinds, ", "), overlaps, r.IDs, r.LeasesLost, r.FaultKind[Pause])
 	for _, f := range r.Faults {
 		fmt.Fprintf(w, "  %s\n", f)
 	}
@@ -162,6 +190,19 @@ func (r *Result) WriteTable(w io.Writer) {
 			worst.Object, worst.LongestDownMs/1e3, longest/n/1e3, 100*failed/n)
 	}
 	fmt.Fprintf(w, "checks       linearizable %d/%d objects; violations %d\n", r.Linearizable, r.Objects, len(r.Violations))
+	fmt.Fprintf(w, "followers    %d tallies, %d events checked exactly once by identity; violations %d\n", r.Followers.Objects, r.Followers.Events, r.Followers.Violations)
+	fmt.Fprintf(w, "subscribers  %d, %d events got over %d connections, each resumed after its checkpoint with no gap; violations %d\n", r.Subscribers.Objects, r.Subscribers.Events, r.Subscribers.Connections, r.Subscribers.Violations)
+	if r.Subscribers.Ends != "" {
+		fmt.Fprintf(w, "             connections ended: %s\n", r.Subscribers.Ends)
+	}
+	loss := 0.0
+	if r.WatchTotal > 0 {
+		loss = 100 * float64(r.WatchLost) / float64(r.WatchTotal)
+	}
+	fmt.Fprintf(w, "watchers     %d, %d events got over %d connections, none twice; violations %d; lost %d of %d published while connected (%.1f%%)\n", r.Watchers.Objects, r.Watchers.Events, r.Watchers.Connections, r.Watchers.Violations, r.WatchLost, r.WatchTotal, loss)
+	if r.Watchers.Ends != "" {
+		fmt.Fprintf(w, "             connections ended: %s\n", r.Watchers.Ends)
+	}
 	// A few of each kind per object: a lost log makes thousands alike.
 	shown := map[[2]string]int{}
 	for _, v := range r.Violations {

@@ -215,28 +215,43 @@ func chaosCommand(stdout, stderr io.Writer) *cli.Command {
 	d := chaos.DefaultConfig()
 	return &cli.Command{
 		Name:  "chaos",
-		Usage: "a chaos soak: kill -9, SIGSTOP past the lease and graceful restarts under a counter workload, checked for linearizability",
+		Usage: "a chaos soak: kill -9, SIGSTOP past the lease and graceful restarts under a counter workload with followers, subscribers and watchers, checked for linearizability and exactly-once",
 		Description: `Starts --nodes "host serve" processes with --replicas copies and a short
---lease-ttl, uploads the counter example, and runs --clients clients for
---duration, each adding amounts no other write uses to, and reading, one of
---objects counters through a random live node. Meanwhile a schedule seeded
-by --seed kills (SIGKILL), pauses (SIGSTOP past the lease, then SIGCONT)
-or gracefully restarts one random node at a time, --fault-gap apart on
-average, and waits for the cluster to list every node again.
+--lease-ttl, uploads the counter and tally examples, and runs --clients
+clients for --duration, each adding amounts no other write uses to, and
+reading, one of --objects counters through a random live node. Beside
+them, the counters' events are read three ways: --followers counters have
+a tally object following their "changes" topic (set up before the first
+write); --subscribers stream subscribers each read one counter's stream
+through a random live node and resume after their last seq through
+another when it breaks; --watchers WebSocket watchers each follow one
+counter and connect again when dropped. Meanwhile a schedule seeded by
+--seed kills (SIGKILL), pauses (SIGSTOP past the lease, then SIGCONT) or
+gracefully restarts a random node, --fault-gap apart on average, and
+waits for the cluster to list every node again; with --max-down 2, one
+fault in three (a kill or a pause) takes a second node down with it.
 
 At the end it checks each counter's history with porcupine (a call without
 a reply counts as possibly applied), its log against every acknowledged
-write (none lost, none twice, nothing else), and that node ids never came
-back. It prints operations, faults, availability and latency; on a
-violation, the seed, the failing history and where the node logs are, and
-exits 1. Node data and logs stay under --dir, or in a temporary directory
-kept after a violation.`,
+write (none lost, none twice, nothing else), that node ids never came
+back, that each tally counted exactly the events of its counter's log
+(by seq), that each subscriber got every event with no gap from each
+checkpoint, and that no watcher connection got an event twice. It prints
+operations, faults, availability, latency during faults and without, and
+the watchers' loss rate (at-most-once: not a violation); on a violation,
+the seed, the smallest failing history found and where the node logs
+are, and exits 1. Node data and logs stay under --dir, or in a temporary
+directory kept after a violation.`,
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "nodes", Value: d.Nodes, Usage: "node processes to start"},
 			&cli.DurationFlag{Name: "duration", Value: d.Duration, Usage: "how long the clients run"},
 			&cli.Uint64Flag{Name: "seed", Value: d.Seed, Usage: "seeds the clients and the fault schedule"},
 			&cli.IntFlag{Name: "objects", Value: d.Objects, Usage: "counters the clients share"},
 			&cli.IntFlag{Name: "clients", Value: d.Clients, Usage: "clients, each in a closed loop"},
+			&cli.IntFlag{Name: "followers", Value: d.Followers, Usage: "counters followed by a tally object (durable follower)"},
+			&cli.IntFlag{Name: "subscribers", Value: d.Subscribers, Usage: "stream subscribers, each on one counter, resuming from their checkpoint"},
+			&cli.IntFlag{Name: "watchers", Value: d.Watchers, Usage: "WebSocket watchers, each on one counter"},
+			&cli.IntFlag{Name: "max-down", Value: d.MaxDown, Usage: "nodes down at once at most (1 or 2)"},
 			&cli.DurationFlag{Name: "lease-ttl", Value: d.LeaseTTL, Usage: "the nodes' --lease-ttl"},
 			&cli.IntFlag{Name: "replicas", Value: d.Replicas, Usage: "the nodes' --replicas"},
 			&cli.DurationFlag{Name: "fault-gap", Value: d.FaultGap, Usage: "mean wait between one fault healing and the next"},
@@ -256,6 +271,8 @@ kept after a violation.`,
 			cfg.Nodes, cfg.Duration, cfg.Seed = c.Int("nodes"), c.Duration("duration"), c.Uint64("seed")
 			cfg.Objects, cfg.Clients, cfg.LeaseTTL = c.Int("objects"), c.Int("clients"), c.Duration("lease-ttl")
 			cfg.Replicas, cfg.FaultGap = c.Int("replicas"), c.Duration("fault-gap")
+			cfg.Followers, cfg.Subscribers, cfg.Watchers = c.Int("followers"), c.Int("subscribers"), c.Int("watchers")
+			cfg.MaxDown = c.Int("max-down")
 			cfg.LogLevel, cfg.Dir = c.String("log-level"), c.String("dir")
 			r, err := chaos.Run(run.ctx, cfg)
 			run.done()
