@@ -145,6 +145,10 @@ type conn struct {
 	// cost nothing shared per frame (a node-wide atomic did, measurably,
 	// across thousands of writers); /metrics sums them.
 	frames, envelopes atomic.Int64
+	// written is, per publisher, the last seq written to this socket; only
+	// the writer touches it (one runs at a time). A slice: a socket
+	// follows one publisher or a few.
+	written []pubSeq
 
 	// mu guards follows: publisher → topics this connection follows.
 	mu      sync.Mutex
@@ -192,6 +196,33 @@ func (c *conn) wake() {
 	if c.writing.CompareAndSwap(false, true) {
 		go c.writeLoop()
 	}
+}
+
+// pubSeq is a publisher's last seq written to a socket.
+type pubSeq struct {
+	publisher string
+	seq       uint64
+}
+
+// fresh reports whether ev is newer than every event of its publisher
+// already written to this socket, and records it. A publisher's events
+// reach a socket in seq order, so an older or equal one is a batch sent
+// again: its connection progress failed to commit after it was sent (a
+// replicated commit refused during a JetStream election, say), or a new
+// home resent what the old one had sent but not yet recorded. Dropping it
+// here keeps a connection at most once. Called by the writer only.
+func (c *conn) fresh(ev *abi.Event) bool {
+	for i := range c.written {
+		if w := &c.written[i]; w.publisher == ev.Publisher {
+			if ev.Seq <= w.seq {
+				return false
+			}
+			w.seq = ev.Seq
+			return true
+		}
+	}
+	c.written = append(c.written, pubSeq{ev.Publisher, ev.Seq})
+	return true
 }
 
 // Connect serves ws, upgraded by the API, as one of this node's
@@ -395,6 +426,9 @@ func (c *conn) writeLoop() {
 		switch {
 		case frame != nil:
 		case it != nil:
+			if !c.fresh(&it.Event) {
+				continue
+			}
 			if !c.useEvent {
 				frame, text = it.Envelope, true
 				c.envelopes.Add(1)

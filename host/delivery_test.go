@@ -767,3 +767,32 @@ func TestD22_RangedDeliveryAppliesTheEdgesFilter(t *testing.T) {
 		t.Error("the range was not materialized")
 	}
 }
+
+// TestSocketGetsABatchSentAgainOnce: connection edges are at most once. A
+// batch that reaches a socket again (its connection progress failed to
+// commit after it was sent, or a new home resends what the old one had not
+// recorded; the chaos soak saw the first) is dropped by the socket's
+// writer: the client gets each event once, and the next event after.
+//
+// conformance: D07
+func TestSocketGetsABatchSentAgainOnce(t *testing.T) {
+	t.Parallel()
+	n, c := hosttest.Start(t, hosttest.Options{Programs: deliveryPrograms})
+	w := follow(t, c, "chat/lobby", "chat/room1", "messages", "")
+	dcall(t, c, "chat/room1", "post", `{"author":"ann","text":"one"}`)
+	waitUntil(t, "the first event", 10*time.Second, func() bool { return len(w.seqs(t)) == 1 })
+	first := w.seqs(t)[0]
+	// The same event, and an older one, sent again.
+	host.OfferToEveryConnection(n, abi.Event{Publisher: "chat/room1", Topic: "messages", Seq: first}, []byte(`{"type":"event","again":true}`))
+	host.OfferToEveryConnection(n, abi.Event{Publisher: "chat/room1", Topic: "messages", Seq: first - 1}, []byte(`{"type":"event","again":true}`))
+	dcall(t, c, "chat/room1", "post", `{"author":"ann","text":"two"}`)
+	waitUntil(t, "the second event", 10*time.Second, func() bool { return len(w.seqs(t)) >= 2 })
+	for _, f := range w.got() {
+		if strings.Contains(f, `"again"`) {
+			t.Fatalf("a batch sent again reached the socket: %s (all frames: %q)", f, w.got())
+		}
+	}
+	if got := w.seqs(t); len(got) != 2 || got[1] <= got[0] {
+		t.Fatalf("seqs %v, want two ascending", got)
+	}
+}

@@ -3,6 +3,9 @@ package host
 import (
 	"github.com/coder/websocket"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/durable-host/host/abi"
+	"github.com/durable-host/host/delivery"
 )
 
 // Hooks for the fan-out benchmarks in fanout_bench_test.go (package
@@ -36,4 +39,15 @@ func FbReceiveCommits(n *Node) float64 {
 	var m dto.Metric
 	n.metrics.received.Write(&m)
 	return m.GetCounter().GetValue()
+}
+
+// OfferToEveryConnection offers ev, with envelope as its frame, to every
+// WebSocket connection's inbox on n, as a connection batch's slice does:
+// a test sends a batch again without making the pump fail.
+func OfferToEveryConnection(n *Node, ev abi.Event, envelope []byte) {
+	n.conns.mu.RLock()
+	defer n.conns.mu.RUnlock()
+	for _, c := range n.conns.m {
+		c.Offer(&delivery.Item{Event: ev, Envelope: envelope})
+	}
 }
