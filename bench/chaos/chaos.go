@@ -45,19 +45,19 @@ type Config struct {
 	Duration time.Duration
 	// Seed picks the clients' operations and the fault schedule.
 	Seed uint64
-	// Objects is how many counters the clients share (16).
+	// Objects is how many counters the clients share (200).
 	Objects int
 	// Clients is how many clients (8), each in a closed loop.
 	Clients int
-	// Followers is how many counters have a durable follower (4, a
-	// quarter): a tally object, set up before the faults, following the
+	// Followers is how many counters have a durable follower (16): a
+	// tally object, set up before the faults, following the
 	// counter's "changes" topic.
 	Followers int
-	// Subscribers is how many stream subscribers (3), each reading one
+	// Subscribers is how many stream subscribers (8), each reading one
 	// counter's stream through a random live node from its start, and
 	// resuming from its checkpoint through another when it breaks.
 	Subscribers int
-	// Watchers is how many WebSocket watchers (3), each following one
+	// Watchers is how many WebSocket watchers (8), each following one
 	// counter through a random live node, connecting again when dropped.
 	Watchers int
 	// Think is a client's pause between two calls (20 ms): the clients
@@ -103,7 +103,7 @@ type Config struct {
 // DefaultConfig is a full-size soak (10 minutes).
 func DefaultConfig() Config {
 	return Config{
-		Nodes: 5, Duration: 10 * time.Minute, Seed: 1, Objects: 16, Clients: 8, Followers: 4, Subscribers: 3, Watchers: 3,
+		Nodes: 5, Duration: 10 * time.Minute, Seed: 1, Objects: 200, Clients: 8, Followers: 16, Subscribers: 8, Watchers: 8,
 		Think: 20 * time.Millisecond, CallTimeout: 3 * time.Second,
 		LeaseTTL: 6 * time.Second, Replicas: 2, SnapshotEvery: 200,
 		FaultGap: 8 * time.Second, MaxDown: 2, HealTimeout: 2 * time.Minute,

@@ -29,6 +29,9 @@ func TestChaosSoak(t *testing.T) {
 	}
 	cfg.Exe = exe
 	cfg.Duration = 30 * time.Second
+	// 16 counters, not 200: 30 s of 8 clients gives each a history dense
+	// enough to overlap its faults; and a reader of each kind on a few.
+	cfg.Objects, cfg.Followers, cfg.Subscribers, cfg.Watchers = 16, 4, 3, 3
 	cfg.FaultGap = time.Second
 	cfg.Dir = t.TempDir()
 	if s := os.Getenv("HOST_CHAOS_SEED"); s != "" {
