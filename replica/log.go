@@ -405,6 +405,10 @@ const (
 	batchSize = 256
 )
 
+// consumerIdle is how long the server keeps a catch-up's consumer nobody
+// fetches from.
+const consumerIdle = 30 * time.Second
+
 func (l *Log) catchUpBatches(ctx context.Context, subject string, f *store.File, at store.Position, tail Tail) (store.Position, int, error) {
 	cctx, cancel := context.WithTimeout(ctx, l.timeout)
 	cons, err := l.stream.OrderedConsumer(cctx, jetstream.OrderedConsumerConfig{
@@ -414,11 +418,28 @@ func (l *Log) catchUpBatches(ctx context.Context, subject string, f *store.File,
 		// Each Fetch (re)creates the consumer; without a bound a stream
 		// that cannot make one (no leader) holds the caller for good.
 		MaxResetAttempts: 3,
+		// A stream takes at most 1,000 consumers (the server's default).
+		// Each Fetch deletes the consumer before it, in the background;
+		// the last is deleted below, and one whose delete failed (the
+		// stream without a leader) goes after this idle time, not the
+		// library's 5 minutes: after a few faults, catch-ups of a few
+		// hundred objects' copies left more than 1,000 behind, and every
+		// copy's catch-up was refused until they lapsed.
+		InactiveThreshold: consumerIdle,
 	})
 	cancel()
 	if err != nil {
 		return at, 0, fmt.Errorf("%w: change stream: %v", abi.ErrUnavailable, err)
 	}
+	defer func() {
+		if info := cons.CachedInfo(); info != nil {
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
+				defer cancel()
+				l.stream.DeleteConsumer(ctx, info.Name)
+			}()
+		}
+	}()
 	n := 0
 	for at.Seq < tail.Seq {
 		// Exactly what is left (change counts are contiguous), so the last
