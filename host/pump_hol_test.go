@@ -208,9 +208,12 @@ func TestD24_FollowerOrderAcrossTopicsAfterFailure(t *testing.T) {
 	for _, topic := range []string{"a", "b"} {
 		dcall(t, c, "hostile/f", "follow", fmt.Sprintf(`{"publisher":"hostile/pub","topic":%q}`, topic))
 	}
-	// Fails for a second: attempts at 0, 50, 150, 350 and 750 ms fail,
-	// the one at 1550 ms goes through (8 would drop the edge).
-	until := time.Now().Add(time.Second).UnixMilli()
+	// Fails for 3 s: attempts at 0, 50, 150, 350, 750 and 1550 ms fail,
+	// the one at 3150 ms goes through (the 8th failure, at 6350 ms, would
+	// drop the edge). Not shorter: the window must outlast the four
+	// publishes below, so that b's events come due while a retries; under
+	// a loaded -race run they took more than the second it once was.
+	until := time.Now().Add(3 * time.Second).UnixMilli()
 	dcall(t, c, "hostile/pub", "publish", fmt.Sprintf(`{"topic":"a","payload":"fail_until:%d"}`, until))
 	for i, topic := range []string{"b", "a", "b", "a"} {
 		dcall(t, c, "hostile/pub", "publish", fmt.Sprintf(`{"topic":%q,"payload":%d}`, topic, i))
