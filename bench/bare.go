@@ -61,9 +61,8 @@ func (bw *bareWriter) connect(w http.ResponseWriter, r *http.Request) {
 	if _, _, err := c.Read(ctx); err != nil {
 		return
 	}
-	if err := c.Write(ctx, websocket.MessageText, []byte(`{"type":"followed"}`)); err != nil {
-		return
-	}
+	// Registered before the answer: a client that has its "followed" may
+	// be sent the next publish at once.
 	bw.mu.Lock()
 	bw.conns[c] = struct{}{}
 	bw.mu.Unlock()
@@ -72,6 +71,9 @@ func (bw *bareWriter) connect(w http.ResponseWriter, r *http.Request) {
 		delete(bw.conns, c)
 		bw.mu.Unlock()
 	}()
+	if err := c.Write(ctx, websocket.MessageText, []byte(`{"type":"followed"}`)); err != nil {
+		return
+	}
 	for {
 		if _, _, err := c.Read(ctx); err != nil {
 			return
