@@ -184,3 +184,39 @@ func TestAsyncHomeReopensAtItsStreamsEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Under async acknowledgement a follower's delivery is answered once its
+// receive's change set is shipped: the answer advances the publisher's
+// edge cursor, and a crash of the follower's home could otherwise lose an
+// event's effect that the publisher would never send again (a kill -9 test
+// saw a tally 8 events short).
+func TestAsyncFollowerAnswersItsDeliveryOnceShipped(t *testing.T) {
+	t.Parallel()
+	n, c := asyncNode(t, "")
+	dcall(t, c, "hostile/f", "follow", `{"publisher":"hostile/pub","topic":"t"}`)
+	release := host.HoldShipsOf(n, host.ObjectID{Program: "hostile", ID: "f"})
+	released := false
+	defer func() {
+		if !released {
+			release()
+		}
+	}()
+	dcall(t, c, "hostile/pub", "publish", `{"topic":"t","size":10}`)
+	cursor := func() float64 {
+		for _, e := range edges(t, c, "hostile/pub") {
+			if e["follower"] == "hostile/f" {
+				f, _ := e["cursor"].(float64)
+				return f
+			}
+		}
+		t.Fatal("no edge to hostile/f")
+		return 0
+	}
+	waitUntil(t, "the follower received the event", 10*time.Second, func() bool {
+		return strings.Contains(dcall(t, c, "hostile/f", "received", ""), `"`)
+	})
+	stillFor(t, "the publisher's edge cursor passed an event whose receive is not shipped", 300*time.Millisecond, func() bool { return cursor() == 0 })
+	released = true
+	release()
+	waitUntil(t, "the cursor advances once the receive is shipped", 10*time.Second, func() bool { return cursor() > 0 })
+}

@@ -222,6 +222,29 @@ func (n *Node) receive(ctx context.Context, d *delivery.ObjectDelivery) (deliver
 		return delivery.ObjectResult{}, err
 	}
 	defer n.objects.release(o)
+	res, err := o.receiveAll(ctx, d.Topic, events, d.Through)
+	if err != nil || res.Done == 0 {
+		return res, err
+	}
+	// Under async acknowledgement the follower's commits are shipped after
+	// they return. The answer advances the publisher's edge cursor, which
+	// must not pass an event whose effect a crash of the follower's home
+	// could still lose (the publisher would never send it again), so the
+	// delivery is answered once they are shipped; the follower's other
+	// calls go on meanwhile. Under sync acknowledgement they are shipped
+	// already.
+	if r := n.replicas; r != nil {
+		if err := r.waitShipped(ctx, id); err != nil {
+			return delivery.ObjectResult{}, err
+		}
+	}
+	return res, nil
+}
+
+// receiveAll runs the follower's receive for each event in order, locked,
+// and says how far it got: through, or the last event before a handler
+// failed (with its error).
+func (o *object) receiveAll(ctx context.Context, topic string, events []abi.Event, through uint64) (delivery.ObjectResult, error) {
 	if err := o.lock(ctx); err != nil {
 		return delivery.ObjectResult{}, err
 	}
@@ -229,7 +252,7 @@ func (n *Node) receive(ctx context.Context, d *delivery.ObjectDelivery) (deliver
 	res := delivery.ObjectResult{}
 	for i := range events {
 		ev := &events[i]
-		if err := o.receiveOne(ctx, d.Topic, ev); err != nil {
+		if err := o.receiveOne(ctx, topic, ev); err != nil {
 			if placementError(err) {
 				// Fenced or moving, not the handler's failure: the
 				// publisher locates the follower again.
@@ -240,7 +263,7 @@ func (n *Node) receive(ctx context.Context, d *delivery.ObjectDelivery) (deliver
 		}
 		res.Done = ev.Seq
 	}
-	res.Done = d.Through
+	res.Done = through
 	return res, nil
 }
 

@@ -71,6 +71,17 @@ func HoldShips(n *Node) (release func()) {
 	}
 }
 
+// HoldShipsOf pauses the shipping of id's change sets on n (async
+// acknowledgement) until release is called.
+func HoldShipsOf(n *Node, id ObjectID) (release func()) {
+	g := make(chan struct{})
+	n.replicas.shipHeld.Store(id, g)
+	return func() {
+		n.replicas.shipHeld.Delete(id)
+		close(g)
+	}
+}
+
 // Evict deactivates id on n (its file closed once its handler is done), as
 // the idle reaper does.
 func Evict(n *Node, id ObjectID) { n.objects.evict(id) }

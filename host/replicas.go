@@ -107,6 +107,9 @@ type replicas struct {
 	queues   sync.Map
 	ctx      context.Context
 	shipGate atomic.Pointer[chan struct{}]
+	// shipHeld (tests only): ObjectID → chan struct{}, pausing that
+	// object's queue as shipGate pauses all.
+	shipHeld sync.Map
 }
 
 // Copy retries: the first wait, and how many attempts (500 ms doubling

@@ -173,6 +173,12 @@ func (q *shipQueue) run() {
 			case <-q.r.ctx.Done():
 			}
 		}
+		if g, ok := q.r.shipHeld.Load(q.id); ok {
+			select { // tests: this object's shipping paused
+			case <-g.(chan struct{}):
+			case <-q.r.ctx.Done():
+			}
+		}
 
 		ctx, cancel := context.WithTimeout(q.r.ctx, shipTimeout)
 		p, err := q.r.log.Ship(ctx, subjectOf(q.id), q.r.self, it.changes, at)
