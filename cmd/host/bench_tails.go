@@ -20,7 +20,7 @@ import (
 func tailsCommand(stdout, stderr io.Writer) *cli.Command {
 	return &cli.Command{
 		Name:  "tails",
-		Usage: "publish → socket latency and CPU on one node against a bare WebSocket writer, same sockets count, alternated",
+		Usage: "publish → socket latency and CPU on one node against a bare WebSocket writer, same socket count, alternated",
 		Description: `Starts one "host serve" process with the chat example and one bare
 WebSocket writer process ("host bench bare": it accepts sockets and writes
 one pre-encoded frame of the node's length to all of them, one goroutine
