@@ -162,19 +162,8 @@ func RunFanout(ctx context.Context, cfg FanoutConfig) (*FanoutResult, error) {
 	ch := startChurn(ctx, urls, cfg.Churn, cfg.Watchers)
 	defer ch.stop()
 	// Warm up: every watcher must see each warm-up message.
-	for i := 0; i < cfg.Warmup; i++ {
-		before := seqMax(ws)
-		if err := post(i + 1); err != nil {
-			return fail(err)
-		}
-		deadline := time.Now().Add(cfg.Timeout)
-		for !allPast(ws, before) {
-			if time.Now().After(deadline) {
-				return fail(fmt.Errorf("warm-up message %d did not reach every watcher in %v (%d notices; last: %v)", i+1, cfg.Timeout, ws.notices.Load(), deref(ws.lastNotice.Load())))
-			}
-			time.Sleep(time.Millisecond)
-		}
-		progress(stage("warm-up"), i+1, cfg.Warmup)
+	if err := ws.warmUp(cfg.Warmup, cfg.Timeout, post, func(i int) { progress(stage("warm-up"), i, cfg.Warmup) }); err != nil {
+		return fail(err)
 	}
 
 	// Inter-node calls are counted when their reply is back, which can be
@@ -192,12 +181,11 @@ func RunFanout(ctx context.Context, cfg FanoutConfig) (*FanoutResult, error) {
 	start := time.Now()
 	for i := 0; i < cfg.Messages; i++ {
 		base := ws.received.Load()
-		ws.target.Store(base + w)
-		t0 := time.Now()
-		if err := post(cfg.Warmup + 1 + i); err != nil {
+		took, ok, err := ws.roundTrip(ctx, cfg.Timeout, func() error { return post(cfg.Warmup + 1 + i) })
+		if err != nil {
 			return fail(fmt.Errorf("post %d: %w", i, err))
 		}
-		if !ws.waitFor(ctx, base+w, cfg.Timeout) {
+		if !ok {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
@@ -206,7 +194,7 @@ func RunFanout(ctx context.Context, cfg FanoutConfig) (*FanoutResult, error) {
 			}
 			continue
 		}
-		allLat = append(allLat, time.Since(t0).Nanoseconds())
+		allLat = append(allLat, took.Nanoseconds())
 		progress(stage("publish"), i+1, cfg.Messages)
 	}
 	elapsed := time.Since(start)

@@ -213,19 +213,12 @@ func (s *tailsSide) block(ctx context.Context, cfg TailsConfig, progress Progres
 	}
 	defer ws.close()
 	w := int64(cfg.Sockets)
-	for i := 0; i < cfg.Warmup; i++ {
-		before := seqMax(ws)
+	next := func() error {
 		s.posted++
-		if err := s.post(s.posted); err != nil {
-			return err
-		}
-		deadline := time.Now().Add(cfg.Timeout)
-		for !allPast(ws, before) {
-			if time.Now().After(deadline) {
-				return fmt.Errorf("warm-up message %d did not reach every socket in %v", i+1, cfg.Timeout)
-			}
-			time.Sleep(time.Millisecond)
-		}
+		return s.post(s.posted)
+	}
+	if err := ws.warmUp(cfg.Warmup, cfg.Timeout, func(int) error { return next() }, func(int) {}); err != nil {
+		return err
 	}
 	if f := ws.sample.Load(); f != nil && s.frameBytes == 0 {
 		s.frameBytes = len(*f)
@@ -240,21 +233,18 @@ func (s *tailsSide) block(ctx context.Context, cfg TailsConfig, progress Progres
 	ws.measuring.Store(true)
 	start := time.Now()
 	for i := 0; i < cfg.Messages; i++ {
-		base := ws.received.Load()
-		ws.target.Store(base + w)
-		t0 := time.Now()
-		s.posted++
-		if err := s.post(s.posted); err != nil {
+		took, ok, err := ws.roundTrip(ctx, cfg.Timeout, next)
+		if err != nil {
 			return fmt.Errorf("message %d: %w", i, err)
 		}
-		if !ws.waitFor(ctx, base+w, cfg.Timeout) {
+		if !ok {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 			s.missed++
 			continue
 		}
-		s.all = append(s.all, time.Since(t0).Nanoseconds())
+		s.all = append(s.all, took.Nanoseconds())
 		progress("publish", i+1, cfg.Messages)
 	}
 	s.elapsed += time.Since(start)

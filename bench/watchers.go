@@ -244,6 +244,41 @@ func (ws *watchers) waitFor(ctx context.Context, target int64, timeout time.Dura
 	return true
 }
 
+// warmUp posts n messages one at a time (post gets 1..n) and waits until
+// every watcher has each, at most timeout each; done hears each one.
+func (ws *watchers) warmUp(n int, timeout time.Duration, post func(i int) error, done func(i int)) error {
+	for i := 1; i <= n; i++ {
+		before := seqMax(ws)
+		if err := post(i); err != nil {
+			return err
+		}
+		deadline := time.Now().Add(timeout)
+		for !allPast(ws, before) {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("warm-up message %d did not reach every watcher in %v (%d notices; last: %v)", i, timeout, ws.notices.Load(), deref(ws.lastNotice.Load()))
+			}
+			time.Sleep(time.Millisecond)
+		}
+		done(i)
+	}
+	return nil
+}
+
+// roundTrip posts one measured message and waits until every watcher has
+// it (at most timeout): the time from before the post, and whether all got
+// it.
+func (ws *watchers) roundTrip(ctx context.Context, timeout time.Duration, post func() error) (time.Duration, bool, error) {
+	base := ws.received.Load()
+	target := base + int64(len(ws.ws))
+	ws.target.Store(target)
+	t0 := time.Now()
+	if err := post(); err != nil {
+		return 0, false, err
+	}
+	ok := ws.waitFor(ctx, target, timeout)
+	return time.Since(t0), ok, nil
+}
+
 // close closes every socket and waits for the readers.
 func (ws *watchers) close() {
 	for _, c := range ws.ws {
