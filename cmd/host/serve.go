@@ -24,6 +24,9 @@ func serveCommand(stdout, stderr io.Writer) *cli.Command {
 With no flags: data under ./data, HTTP on 127.0.0.1:7070, NATS in process.
 Every flag also reads its HOST_... environment variable.
 Ctrl-C or SIGTERM shuts down gracefully: running calls finish first.
+A node that loses its cluster lease starts again under a new id on the same
+data; if that fails (the cluster's JetStream without a leader, say) it tries
+again, 500 ms doubling to 32 s apart, until it starts or is stopped.
 
 A cluster on one machine, three terminals (each node its own data and port):
   host serve --data d1 --listen 127.0.0.1:7071 --nats-cluster 127.0.0.1:6221 \
