@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -336,12 +337,24 @@ func (n *Node) Replicas(ctx context.Context, id ObjectID) (ReplicaReport, error)
 	if rep.Stream, err = n.replicas.log.Last(ctx, subjectOf(id)); err != nil {
 		return rep, err
 	}
-	for _, node := range n.cluster.Nodes() {
-		info, err := opReplica.on(ctx, n, node.ID, replicaRequest{Object: id.String(), Home: home == node.ID})
-		if err != nil {
-			n.log.Debug("replica info", slog.String("node", node.ID), slog.Any("err", err))
-			continue
-		}
+	// Every node is asked at once: one that is slow to answer (busy
+	// restoring copies after a restart, or gone and not yet known to be)
+	// costs the report one timeout, not one per node.
+	nodes := n.cluster.Nodes()
+	infos := make([]*CopyInfo, len(nodes))
+	var wg sync.WaitGroup
+	for i, node := range nodes {
+		wg.Go(func() {
+			info, err := opReplica.on(ctx, n, node.ID, replicaRequest{Object: id.String(), Home: home == node.ID})
+			if err != nil {
+				n.log.Debug("replica info", slog.String("node", node.ID), slog.Any("err", err))
+				return
+			}
+			infos[i] = info
+		})
+	}
+	wg.Wait()
+	for _, info := range infos {
 		if info == nil {
 			continue
 		}

@@ -747,6 +747,14 @@ func (n *Node) callLocal(ctx context.Context, id ObjectID, req callRequest) ([]b
 	if errors.Is(err, errDeactivated) {
 		err = ErrShuttingDown
 	}
+	// A reply leaves only while the lease holds. A call that read the
+	// object and changed nothing shipped nothing (nothing fenced it), and
+	// it may have waited in the queue while the lease ran out and a
+	// successor took the object over: answering then could show a value
+	// older than one the successor has acknowledged.
+	if err == nil && !n.cluster.LeaseValid() {
+		return nil, fmt.Errorf("%w: this node's lease ran out before the reply was sent; the call may have been applied", ErrUnavailable)
+	}
 	return reply, err
 }
 

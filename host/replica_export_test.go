@@ -85,3 +85,6 @@ func HoldShipsOf(n *Node, id ObjectID) (release func()) {
 // Evict deactivates id on n (its file closed once its handler is done), as
 // the idle reaper does.
 func Evict(n *Node, id ObjectID) { n.objects.evict(id) }
+
+// PauseLease stops (on) or resumes renewing n's lease.
+func PauseLease(n *Node, on bool) { n.cluster.PauseRenewals(on) }

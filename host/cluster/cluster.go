@@ -134,8 +134,22 @@ type Cluster struct {
 	previous map[string]bool      // this data directory's earlier node ids
 
 	paused bool // tests: stop renewing to lose the lease
-	stop   chan struct{}
-	done   chan struct{}
+	// mute (tests) drops what the current lease watch delivers after its
+	// first read of the store, as a watch whose consumer was lost does.
+	mute bool
+	// The lease watch's liveness: every renewal of this node's own lease
+	// must come back through the watch. watcher is the current one (nil
+	// between two), selfRev the latest revision of this node's lease it
+	// delivered, unseenRev/unseenSince the first renewal it has not
+	// delivered yet (0: none waits).
+	watcher     jetstream.KeyWatcher
+	selfRev     uint64
+	unseenRev   uint64
+	unseenSince time.Time
+	// watchStalls counts the watches stopped for falling silent.
+	watchStalls int
+	stop        chan struct{}
+	done        chan struct{}
 	// loaded is closed once the watch has read every lease in the store:
 	// until then this node does not know who is alive, and prunes nothing.
 	loaded     chan struct{}
@@ -425,7 +439,12 @@ func (c *Cluster) run() {
 		if err == nil {
 			c.mu.Lock()
 			c.rev, c.renewed = newRev, sent
+			stalled := c.checkWatchLocked(newRev, time.Now())
 			c.mu.Unlock()
+			if stalled != nil {
+				c.log.Warn("the node leases' watch fell silent (this node's own renewals stopped coming through it): watching again")
+				stalled.Stop()
+			}
 			continue
 		}
 		if ctx.Err() != nil {
@@ -443,33 +462,86 @@ func (c *Cluster) run() {
 	}
 }
 
+// checkWatchLocked is run after each renewal (revision rev, at now): it
+// returns the lease watch to stop when the watch has not delivered a
+// renewal of this node's own lease for half a TTL. A watch can fall silent
+// without closing (its consumer lost when the bucket changes leader, or
+// its server paused), and a node that sees no leases comes and goes would
+// never learn of a node that joined, nor see one leave but through the
+// sweep; its own renewals are what a live watch must show every beat.
+// Called with mu held.
+func (c *Cluster) checkWatchLocked(rev uint64, now time.Time) jetstream.KeyWatcher {
+	switch {
+	case c.selfRev >= c.unseenRev:
+		// Everything waited for came through: wait for this one.
+		c.unseenRev, c.unseenSince = rev, now
+	case now.Sub(c.unseenSince) >= c.ttl/2 && c.watcher != nil:
+		w := c.watcher
+		c.watcher = nil
+		c.unseenRev, c.watchStalls = 0, c.watchStalls+1
+		return w
+	}
+	return nil
+}
+
 // leaseRevision reads this node's lease key through the bucket's leader:
 // its revision, and whether it is still this node's live lease (a put of
 // its own info, not an expiry or delete marker).
 func (c *Cluster) leaseRevision(ctx context.Context) (uint64, bool) {
-	req, _ := json.Marshal(map[string]string{"last_by_subj": "$KV." + NodesBucket + ".n." + c.self})
-	m, err := c.cfg.JetStream.Conn().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.KV_"+NodesBucket, req)
-	if err != nil {
+	m, err := c.leaderLease(ctx, c.self)
+	if err != nil || m == nil || m.marker() {
 		return 0, false
-	}
-	var resp struct {
-		Message *struct {
-			Seq  uint64 `json:"seq"`
-			Hdrs []byte `json:"hdrs"`
-			Data []byte `json:"data"`
-		} `json:"message"`
-	}
-	if json.Unmarshal(m.Data, &resp) != nil || resp.Message == nil {
-		return 0, false
-	}
-	if bytes.Contains(resp.Message.Hdrs, []byte("KV-Operation")) {
-		return 0, false // a delete or purge marker: the lease ended
 	}
 	var info NodeInfo
-	if json.Unmarshal(resp.Message.Data, &info) != nil || info.ID != c.self {
+	if json.Unmarshal(m.Data, &info) != nil || info.ID != c.self {
 		return 0, false
 	}
-	return resp.Message.Seq, true
+	return m.Seq, true
+}
+
+// leaseMsg is the last message of a lease key, as the bucket's stream
+// stores it.
+type leaseMsg struct {
+	Seq  uint64 `json:"seq"`
+	Hdrs []byte `json:"hdrs"`
+	Data []byte `json:"data"`
+}
+
+// marker reports a delete or purge marker (an expired lease's among
+// them): the lease ended.
+func (m *leaseMsg) marker() bool { return bytes.Contains(m.Hdrs, []byte("KV-Operation")) }
+
+// leaderLease reads the last message of node id's lease key through the
+// bucket's leader, never a replica: a replica that lags (its server just
+// restarted or resumed) may not have a lease created a moment ago. nil
+// with no error: the key has no message at all. An error settles nothing
+// (no leader, say).
+func (c *Cluster) leaderLease(ctx context.Context, id string) (*leaseMsg, error) {
+	req, _ := json.Marshal(map[string]string{"last_by_subj": "$KV." + NodesBucket + ".n." + id})
+	m, err := c.cfg.JetStream.Conn().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.KV_"+NodesBucket, req)
+	if err != nil {
+		return nil, err
+	}
+	var resp struct {
+		Message *leaseMsg `json:"message"`
+		Error   *struct {
+			Code        int    `json:"code"`
+			ErrCode     int    `json:"err_code"`
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(m.Data, &resp); err != nil {
+		return nil, fmt.Errorf("lease of %s: %w", id, err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.ErrCode == int(jetstream.JSErrCodeMessageNotFound):
+		return nil, nil
+	case resp.Error != nil:
+		return nil, fmt.Errorf("lease of %s: %s (%d)", id, resp.Error.Description, resp.Error.ErrCode)
+	case resp.Message == nil:
+		return nil, fmt.Errorf("lease of %s: empty answer", id)
+	}
+	return resp.Message, nil
 }
 
 func isWrongSequence(err error) bool {
@@ -488,14 +560,23 @@ func (c *Cluster) watch(ctx context.Context) {
 			time.Sleep(250 * time.Millisecond)
 			continue
 		}
+		c.mu.Lock()
+		c.watcher = w
+		c.mu.Unlock()
+		loaded := false
 		for e := range w.Updates() {
 			if e == nil {
 				// Every lease in the store has been read.
 				c.loadedOnce.Do(func() { close(c.loaded) })
+				loaded = true
 				continue
 			}
 			id := e.Key()[2:]
 			c.mu.Lock()
+			if loaded && c.mute {
+				c.mu.Unlock()
+				continue
+			}
 			died := false
 			switch e.Operation() {
 			case jetstream.KeyValuePut:
@@ -503,6 +584,9 @@ func (c *Cluster) watch(ctx context.Context) {
 				if json.Unmarshal(e.Value(), &info) == nil && !c.dead[id] {
 					c.seen[id] = info
 					c.lastSeen[id] = time.Now()
+				}
+				if id == c.self {
+					c.selfRev = max(c.selfRev, e.Revision())
 				}
 			default:
 				died = !c.dead[id] && id != c.self
@@ -514,7 +598,29 @@ func (c *Cluster) watch(ctx context.Context) {
 			}
 		}
 		w.Stop()
+		c.mu.Lock()
+		if c.watcher == w {
+			c.watcher = nil
+		}
+		c.mute = false
+		c.mu.Unlock()
 	}
+}
+
+// PauseRenewals stops (on) or resumes renewing the lease, for tests: the
+// node keeps running while its lease runs out.
+func (c *Cluster) PauseRenewals(on bool) {
+	c.mu.Lock()
+	c.paused = on
+	c.mu.Unlock()
+}
+
+// WatchStalls counts the lease watches stopped and made again because
+// they fell silent.
+func (c *Cluster) WatchStalls() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.watchStalls
 }
 
 func (c *Cluster) markDeadLocked(id string) {
@@ -548,21 +654,26 @@ func (c *Cluster) sweep(ctx context.Context) {
 	}
 }
 
-// askStore settles whether id is alive from its lease key: present, it was
-// heard now; gone, id is dead for good (NodeGone runs once). An unreadable
-// store settles nothing.
+// askStore settles whether id is alive from its lease key, read through
+// the bucket's leader: present, it was heard now; a marker or no message,
+// id is dead for good (NodeGone runs once). An unreadable store settles
+// nothing. A replica's answer is not enough: one that lags does not have
+// a lease made a moment ago, and a live node declared dead never comes
+// back (its objects taken over while it still serves them, and every
+// node's list short of it).
 func (c *Cluster) askStore(ctx context.Context, id string) {
 	gctx, cancel := context.WithTimeout(ctx, c.ttl/2)
 	defer cancel()
-	_, err := c.nodes.Get(gctx, "n."+id)
+	m, err := c.leaderLease(gctx, id)
 	switch {
-	case err == nil:
+	case err != nil:
+	case m != nil && !m.marker():
 		c.mu.Lock()
 		if !c.dead[id] {
 			c.lastSeen[id] = time.Now()
 		}
 		c.mu.Unlock()
-	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
+	default:
 		c.mu.Lock()
 		died := !c.dead[id]
 		c.markDeadLocked(id)
@@ -635,9 +746,12 @@ func (c *Cluster) Nodes() []NodeInfo {
 }
 
 // LeaseValid reports whether this node may still act as a holder: its
-// lease was renewed within the TTL.
+// lease was renewed within the TTL less one heartbeat. The store ends a
+// lease a TTL after it stored the renewal, which is after this node sent
+// it (c.renewed); the heartbeat's margin covers the store's clock, a new
+// leader's among them, running ahead of this node's.
 func (c *Cluster) LeaseValid() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return time.Since(c.renewed) < c.ttl
+	return time.Since(c.renewed) < c.ttl-c.beat
 }

@@ -479,3 +479,28 @@ func TestLeasesMadeInMemoryStayUsable(t *testing.T) {
 		t.Fatalf("lease bucket storage %v, want memory as it was made", got)
 	}
 }
+
+// A lease watch can fall silent without closing (its consumer lost when
+// the bucket's leader moves, or its server paused). A node whose watch
+// is silent must still learn of nodes that join: its own renewals stop
+// coming through the watch, and it watches again.
+func TestSilentLeaseWatchIsMadeAgain(t *testing.T) {
+	t.Parallel()
+	srv := runJetStream(t)
+	a := join(t, srv, openDB(t, t.TempDir()), nil)
+	a.Cluster.mu.Lock()
+	a.mute = true
+	a.Cluster.mu.Unlock()
+	b := join(t, srv, openDB(t, t.TempDir()), nil)
+	waitFor(t, "the node with a silent watch lists the node that joined", func() bool {
+		for _, n := range a.Nodes() {
+			if n.ID == b.Self() {
+				return true
+			}
+		}
+		return false
+	})
+	if a.WatchStalls() == 0 {
+		t.Fatal("the node learned of the new one without watching again")
+	}
+}
