@@ -342,18 +342,19 @@ func (n *Node) Replicas(ctx context.Context, id ObjectID) (ReplicaReport, error)
 	// costs the report one timeout, not one per node.
 	nodes := n.cluster.Nodes()
 	infos := make([]*CopyInfo, len(nodes))
+	errs := make([]error, len(nodes))
 	var wg sync.WaitGroup
 	for i, node := range nodes {
 		wg.Go(func() {
-			info, err := opReplica.on(ctx, n, node.ID, replicaRequest{Object: id.String(), Home: home == node.ID})
-			if err != nil {
-				n.log.Debug("replica info", slog.String("node", node.ID), slog.Any("err", err))
-				return
-			}
-			infos[i] = info
+			infos[i], errs[i] = opReplica.on(ctx, n, node.ID, replicaRequest{Object: id.String(), Home: home == node.ID})
 		})
 	}
 	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			rep.Unanswered = append(rep.Unanswered, nodes[i].ID+": "+err.Error())
+		}
+	}
 	for _, info := range infos {
 		if info == nil {
 			continue

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sort"
 	"strings"
 	"time"
 
@@ -250,14 +251,20 @@ func (s *schedule) waitHealed(ctx context.Context) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("not whole %v after the fault: %s", s.cfg.HealTimeout, why)
 		}
-		time.Sleep(250 * time.Millisecond)
+		// A pass asks every object's replicas report, which asks every
+		// node: passes a second apart leave the nodes to their catching up.
+		time.Sleep(time.Second)
 	}
 }
 
 // unhealed says what is not whole yet ("" when the nodes and homes are),
 // and which objects have fewer current copies than they want.
 func (s *schedule) unhealed(ctx context.Context) (why string, short []string) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	// Each request has its own time: a pass asks hundreds, and a bound
+	// on the whole pass failed it on a busy cluster whose every answer
+	// came in time.
+	ctx0 := ctx
+	ctx, cancel := context.WithTimeout(ctx0, 5*time.Second)
 	defer cancel()
 	live := map[string]bool{}
 	for i := range s.cluster.Nodes {
@@ -277,7 +284,17 @@ func (s *schedule) unhealed(ctx context.Context) (why string, short []string) {
 			return fmt.Sprintf("node %d: %v", i, err), nil
 		}
 		if len(v.Nodes) != len(live) {
-			return fmt.Sprintf("node %d lists %d nodes, %d are live", i, len(v.Nodes), len(live)), nil
+			var ids []string
+			for _, m := range v.Nodes {
+				ids = append(ids, m.ID)
+			}
+			var want []string
+			for id := range live {
+				want = append(want, id)
+			}
+			sort.Strings(ids)
+			sort.Strings(want)
+			return fmt.Sprintf("node %d lists %d nodes (%s), %d are live (%s)", i, len(v.Nodes), strings.Join(ids, " "), len(live), strings.Join(want, " ")), nil
 		}
 		for _, m := range v.Nodes {
 			if !live[m.ID] {
@@ -295,8 +312,12 @@ func (s *schedule) unhealed(ctx context.Context) (why string, short []string) {
 				Home bool   `json:"home"`
 				Lag  uint64 `json:"lag"`
 			} `json:"copies"`
+			Unanswered []string `json:"unanswered"`
 		}
-		if err := s.cluster.Nodes[k%len(s.cluster.Nodes)].Client.Replicas(ctx, obj, &rep); err != nil {
+		rctx, rcancel := context.WithTimeout(ctx0, 10*time.Second)
+		err := s.cluster.Nodes[k%len(s.cluster.Nodes)].Client.Replicas(rctx, obj, &rep)
+		rcancel()
+		if err != nil {
 			return fmt.Sprintf("%s: %v", obj, err), nil
 		}
 		if rep.Home == "" {
@@ -314,7 +335,11 @@ func (s *schedule) unhealed(ctx context.Context) (why string, short []string) {
 			}
 		}
 		if copies < rep.Want {
-			short = append(short, fmt.Sprintf("%s has %d current copies of %d", obj, copies, rep.Want))
+			why := fmt.Sprintf("%s has %d current copies of %d", obj, copies, rep.Want)
+			if len(rep.Unanswered) > 0 {
+				why += " (unanswered: " + strings.Join(rep.Unanswered, "; ") + ")"
+			}
+			short = append(short, why)
 		}
 	}
 	return "", short

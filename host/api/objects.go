@@ -59,6 +59,9 @@ type ReplicaReport struct {
 	Stream replica.Tail `json:"stream"`
 	// Copies lists the home's file first, then every copy on a live node.
 	Copies []CopyInfo `json:"copies"`
+	// Unanswered lists the live nodes that did not say in time whether
+	// they keep a copy ("ID: why"); none when every node answered.
+	Unanswered []string `json:"unanswered,omitempty"`
 }
 
 // CopyInfo is one node's copy of an object, for `host replicas`.
