@@ -163,6 +163,7 @@ func TestAlarmSetInAFailingCallSetsNothing(t *testing.T) {
 //
 // conformance: A03
 func TestFailingAlarmRetriesOnTheScheduleThenDrops(t *testing.T) {
+	hosttest.Heavy(t)
 	t.Parallel()
 	clock := deliverytest.NewClock(alarmStart)
 	dir := t.TempDir()
@@ -234,6 +235,7 @@ func TestAlarmOverBudgetOrTrappingIsRetried(t *testing.T) {
 //
 // conformance: A04
 func TestAlarmSurvivesARestart(t *testing.T) {
+	hosttest.Heavy(t)
 	t.Parallel()
 	clock := deliverytest.NewClock(alarmStart)
 	dir := t.TempDir()
@@ -390,6 +392,7 @@ func TestAlarmNeedsAHandler(t *testing.T) {
 //
 // conformance: A02
 func TestChatRemind(t *testing.T) {
+	hosttest.Heavy(t)
 	t.Parallel()
 	clock := deliverytest.NewClock(alarmStart)
 	_, c := alarmNode(t, clock, "", nil)
@@ -474,6 +477,7 @@ func TestAlarmsDueTogetherRunBoundedAtOnce(t *testing.T) {
 //
 // conformance: A02 A03
 func TestAlarmPostponedWhenItsFileWillNotOpen(t *testing.T) {
+	hosttest.Heavy(t)
 	t.Parallel()
 	clock := deliverytest.NewClock(alarmStart)
 	// One node shipping its changes, so its objects open as homes

@@ -136,6 +136,7 @@ func shut(t *testing.T, n *host.Node) {
 // compiled module is closed; the object keeps its state and answers v2's
 // methods.
 func TestReplacedVersionsCodeGoesWithItsLastObject(t *testing.T) {
+	hosttest.Heavy(t)
 	t.Parallel()
 	n, _ := hosttest.Start(t, hosttest.Options{})
 	c := client(n)

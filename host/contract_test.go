@@ -228,6 +228,7 @@ func ctReadType(t *testing.T, ws *websocket.Conn, typ string) string {
 // The counter: inc, add, get; published {"value": N} on "changes";
 // Go-worded JSON errors; int64 wrap-around.
 func TestContract_Counter(t *testing.T) {
+	hosttest.Heavy(t)
 	t.Parallel()
 	c := ctNode(t)
 	twins := ctTwins("counter")
@@ -281,6 +282,7 @@ func TestContract_Counter(t *testing.T) {
 // The chat room: post, history, set_key; stored messages and published
 // events byte for byte (escaping included); Go-worded errors.
 func TestContract_Chat(t *testing.T) {
+	hosttest.Heavy(t)
 	t.Parallel()
 	c := ctNode(t)
 	twins := ctTwins("chat")
@@ -346,6 +348,7 @@ func TestContract_Chat(t *testing.T) {
 // admit anyone; keyed rooms refuse a connection or an object without the
 // key and admit one with it, and only the admitted follow leaves an edge.
 func TestContract_ChatFollowHook(t *testing.T) {
+	hosttest.Heavy(t)
 	t.Parallel()
 	c := ctNode(t)
 	twins := ctTwins("chat")
@@ -432,6 +435,7 @@ func TestContract_ChatFollowHook(t *testing.T) {
 // alike: each event's effect exactly once, filters applied, nothing after
 // an unfollow; and their follow/unfollow/counts replies and errors match.
 func TestContract_Tally(t *testing.T) {
+	hosttest.Heavy(t)
 	t.Parallel()
 	c := ctNode(t)
 	twins := ctTwins("tally")
@@ -538,6 +542,7 @@ func TestContract_Tally(t *testing.T) {
 // status; nothing it wrote is kept, and the node and the program keep
 // answering.
 func TestContract_RustGuestFaults(t *testing.T) {
+	hosttest.Heavy(t)
 	t.Parallel()
 	c := ctNode(t)
 	cases := []struct {

@@ -206,6 +206,7 @@ func TestD11_ForwardEnvelopeWithoutVMAndEventExport(t *testing.T) {
 
 // conformance: D03
 func TestD03_FollowHookIsAccessControlNotRunDuringDelivery(t *testing.T) {
+	hosttest.Heavy(t)
 	t.Parallel()
 	_, c := hosttest.Start(t, hosttest.Options{Programs: deliveryPrograms})
 	dcall(t, c, "chat/secret", "set_key", `{"key":"k1"}`)
@@ -335,6 +336,7 @@ func TestD12_SlowSocketFallsBehindAndStaysOpen(t *testing.T) {
 
 // conformance: D15 D16
 func TestD15_ObjectFollowerExactlyOnceEffect(t *testing.T) {
+	hosttest.Heavy(t)
 	t.Parallel()
 	_, c := hosttest.Start(t, hosttest.Options{Programs: deliveryPrograms})
 	dcall(t, c, "tally/t1", "follow", `{"publisher":"chat/room1"}`)
@@ -363,6 +365,7 @@ func TestD15_ObjectFollowerExactlyOnceEffect(t *testing.T) {
 
 // conformance: D05 D18 D19
 func TestD18_FailingFollowerBacksOffThenIsDropped(t *testing.T) {
+	hosttest.Heavy(t)
 	t.Parallel()
 	_, c := hosttest.Start(t, hosttest.Options{Programs: deliveryPrograms, Configure: func(cfg *host.Config) {
 		cfg.Delivery.RetryBase = 20 * time.Millisecond
@@ -594,6 +597,7 @@ func receivedLines(t *testing.T, c *hclient.Client, f string) []string {
 //
 // conformance: D15 D16 D17
 func TestD17_RedeliverySkipsWhatTheHandlerCommitted(t *testing.T) {
+	hosttest.Heavy(t)
 	t.Parallel()
 	n, c := hosttest.Start(t, hosttest.Options{Programs: deliveryPrograms})
 	const pub, f = "hostile/pub", "hostile/r"

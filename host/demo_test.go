@@ -31,6 +31,7 @@ type demoMessage struct {
 // of headless Chromium in one room; each posts through the page's form and
 // both see both messages, in publish order, over the WebSocket API.
 func TestDemoPageTwoBrowsers(t *testing.T) {
+	hosttest.Heavy(t)
 	t.Parallel()
 	if _, err := os.Stat(chromiumPath); err != nil {
 		if os.Getenv("CI") != "" {

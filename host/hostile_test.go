@@ -59,6 +59,7 @@ func hsHealthy(t testing.TB, n *host.Node) {
 // event it published are rolled back; the object (on a fresh instance) and
 // a bystander keep answering.
 func TestHostileGuestCallsFailCleanlyAndCommitNothing(t *testing.T) {
+	hosttest.Heavy(t)
 	t.Parallel()
 	n, dir := hostileNode(t, 10*time.Second)
 	upload(t, n, "hostile-rust", "hostile-rust")
@@ -101,6 +102,7 @@ func TestHostileGuestCallsFailCleanlyAndCommitNothing(t *testing.T) {
 // event are rolled back), every earlier call stays committed, and the next
 // call runs on a fresh instance with its memory back.
 func TestHostileAllocLeakHitsPageLimitThenRecovers(t *testing.T) {
+	hosttest.Heavy(t)
 	t.Parallel()
 	n, dir := hostileNode(t, 10*time.Second) // 512 pages: 32 MiB
 	upload(t, n, "hostile-rust", "hostile-rust")
@@ -680,6 +682,7 @@ func TestOversizedWebSocketFrameClosesOnlyThatSocket(t *testing.T) {
 // never 500; nothing is created outside the node's data directory, and
 // inside it only the files of valid names.
 func TestJunkNamesAre4xxAndTouchNothingOnDisk(t *testing.T) {
+	hosttest.Heavy(t)
 	t.Parallel()
 	root := t.TempDir()
 	dir := filepath.Join(root, "a", "b", "data")
@@ -786,6 +789,7 @@ func TestJunkNamesAre4xxAndTouchNothingOnDisk(t *testing.T) {
 // storm, a trap and the sandbox probes — every call of a well-behaved
 // object answers, in order, within hsAnswerBound.
 func TestWellBehavedObjectAnswersWhileHostileCallsRun(t *testing.T) {
+	hosttest.Heavy(t)
 	t.Parallel()
 	n, _ := hostileNode(t, 2*time.Second)
 	upload(t, n, "counter", "counter")
@@ -876,6 +880,7 @@ func TestWellBehavedObjectAnswersWhileHostileCallsRun(t *testing.T) {
 // and deactivated, the heap after GC is back within 64 MiB of where it
 // started. Not parallel: the heap is the process's.
 func TestHeapReturnsToBaselineAfterHostileObjects(t *testing.T) {
+	hosttest.Heavy(t)
 	const margin = 64 << 20
 	n, _ := hosttest.Start(t, hosttest.Options{Configure: func(c *host.Config) {
 		c.VM.Budget = 10 * time.Second

@@ -349,6 +349,7 @@ func postUntilRefused(t *testing.T, n *host.Node, tok, text string, after func()
 }
 
 func TestTenantLimits(t *testing.T) {
+	hosttest.Heavy(t)
 	t.Parallel()
 	n, op := authNode(t, func(c *host.Config) { c.VM.Budget = 2 * time.Second })
 

@@ -199,6 +199,7 @@ func TestHotUpdateReachesEveryWatcherWithoutClosingOne(t *testing.T) {
 // A rollback names a version the program has and whose module is not the
 // one it runs; the history only grows.
 func TestRollbackRefusesWhatItCannotDo(t *testing.T) {
+	hosttest.Heavy(t)
 	t.Parallel()
 	_, c := hosttest.Start(t, hosttest.Options{Programs: []string{"hostile"}})
 	ctx := context.Background()

@@ -289,7 +289,7 @@ func docSubstituted(words []string) []string {
 	return out
 }
 
-var sizeFlags = map[string]bool{"--nodes": true, "--duration": true, "--watchers": true, "--followers": true, "--messages": true, "--sockets": true, "--blocks": true, "-benchtime": true, "-count": true}
+var sizeFlags = map[string]bool{"--nodes": true, "--duration": true, "--watchers": true, "--followers": true, "--messages": true, "--sockets": true, "--blocks": true, "--objects": true, "-benchtime": true, "-count": true}
 
 // sizesElided replaces the value of every size flag with N.
 func sizesElided(words []string) []string {

@@ -45,6 +45,14 @@ type Options struct {
 	// Programs are examples, by vmtest name, uploaded under that name
 	// through the first node once it has started.
 	Programs []string
+	// Race keeps a cluster test in -short runs. The suite (make test)
+	// runs every package with -race -short, then the packages with
+	// heavy tests again without either: a cluster test runs under the
+	// race detector only when it says so here (a few that cover calls,
+	// deliveries and a takeover between nodes), since
+	// three nodes' NATS servers, SQLite files and VMs all instrumented
+	// cost four times the time and held the suite past ten minutes.
+	Race bool
 }
 
 const (
@@ -111,14 +119,29 @@ func StartConfig(t testing.TB, cfg host.Config) *host.Node {
 	return n
 }
 
+// Heavy marks a single-node test the suite runs only in its pass without
+// the race detector: it is skipped under -short (see Options.Race). The
+// heavy ones take ten seconds or more under -race and are not about the
+// host's own goroutines meeting (guests' contracts, hostile modules,
+// redelivery and backoff schedules, restarts, the browser).
+func Heavy(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("heavy: make test runs it in its pass without -race and -short")
+	}
+}
+
 // Cluster starts k nodes clustered through their embedded NATS servers on
 // loopback (routes on free ports, a cluster name no other test's cluster
-// has, 4 s leases renewed every 500 ms, then o.Configure), uploads
+// has, 10 s leases renewed every second, then o.Configure), uploads
 // o.Programs through the first, and waits until every node lists all k. It
 // returns the nodes and the configuration each was built from, to start
 // one again on its data directory (StartConfig). o.DataDir is not used.
 func Cluster(t testing.TB, k int, o Options) ([]*host.Node, []host.Config) {
 	t.Helper()
+	if testing.Short() && !o.Race {
+		t.Skip("a cluster test: make test runs it in its pass without -race and -short")
+	}
 	// Route ports are picked free and then bound by the node; in a full
 	// parallel run something else can take one in between. That is the
 	// test's doing, not the product's: pick fresh ports and try again.
@@ -180,7 +203,13 @@ func newCluster(t testing.TB, k int, configure func(*host.Config)) ([]*host.Node
 	var wg sync.WaitGroup
 	for i := range k {
 		cfgs[i] = Config(t.TempDir(), func(c *host.Config) {
-			c.LeaseTTL, c.Heartbeat = 4*time.Second, 500*time.Millisecond
+			// A node of these tests leaves by Shutdown, which ends its
+			// lease at once: nothing here waits for one to lapse, and a
+			// lease of 10 s outlasts a loaded machine's slow renewals (a
+			// full suite under the race detector lost 4 s test leases,
+			// and with them whole nodes, mid-test). A test of lapses sets
+			// its own.
+			c.LeaseTTL, c.Heartbeat = 10*time.Second, time.Second
 			c.NATS.Cluster, c.NATS.ClusterName = routes[i], name
 			for j, r := range routes {
 				if j != i {
