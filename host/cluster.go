@@ -116,7 +116,7 @@ func (n *Node) newReplicas(ctx context.Context, js jetstream.JetStream, streamRe
 	n.metrics.replicaCounters(log.Stats)
 	return &replicas{
 		log: log, self: n.id, copies: copies, dir: filepath.Join(n.cfg.DataDir, "replicas"), snapEvery: n.cfg.SnapshotEvery,
-		cl: n.cluster, fenced: n.fenced, logger: n.log,
+		cl: n.cluster, fenced: n.fenced, homePath: n.objectPath, logger: n.log,
 		async: n.cfg.ReplicaAck == ReplicaAsync, ctx: n.bgContext,
 		// The registry is made once the buckets are open, after this.
 		active: func(id ObjectID) bool { return n.objects.isActive(id) },

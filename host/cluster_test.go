@@ -27,7 +27,7 @@ var clusterPrograms = []string{"chat", "tally", "counter", "hostile"}
 
 func TestClusterCallsReachTheHomeFromAnyNode(t *testing.T) {
 	t.Parallel()
-	nodes, _ := hosttest.Cluster(t, 3, hosttest.Options{Programs: clusterPrograms})
+	nodes, _ := hosttest.Cluster(t, 3, hosttest.Options{Programs: clusterPrograms, Race: true})
 	ctx := context.Background()
 	cs := make([]*hclient.Client, len(nodes))
 	for i, n := range nodes {
@@ -52,12 +52,22 @@ func TestClusterCallsReachTheHomeFromAnyNode(t *testing.T) {
 			t.Fatalf("node %d sees %s, want 60", i, got)
 		}
 	}
-	active := 0
+	active, home := 0, ""
 	for _, n := range nodes {
 		active += n.ActiveObjects()
+		if n.ActiveObjects() == 1 {
+			home = n.ID()
+		}
 	}
 	if active != 1 {
 		t.Fatalf("counter/raced is active on %d nodes, want exactly 1", active)
+	}
+	// Each reply names the node that ran the call: the home, whichever
+	// node was asked.
+	for i := range cs {
+		if _, ranOn, err := cs[i].CallAt(ctx, "counter/raced", "get", nil); err != nil || ranOn != home {
+			t.Fatalf("a call through node %d ran on %q (%v), want the home %s", i, ranOn, err, home)
+		}
 	}
 	// Errors keep their status across the hop.
 	for i := range cs {
@@ -374,7 +384,7 @@ func TestNATSPortInUseIsAClearError(t *testing.T) {
 // conformance: D02
 func TestD02_EdgeRecordsTheFollowersNodeAcrossNodes(t *testing.T) {
 	t.Parallel()
-	nodes, _ := hosttest.Cluster(t, 2, hosttest.Options{Programs: clusterPrograms})
+	nodes, _ := hosttest.Cluster(t, 2, hosttest.Options{Programs: clusterPrograms, Race: true})
 	a := &hclient.Client{Base: nodes[0].URL()}
 	b := &hclient.Client{Base: nodes[1].URL()}
 	dcall(t, a, "chat/room1", "post", `{"text":"home on node 0"}`)
@@ -619,7 +629,7 @@ func splitByCopy(t *testing.T, nodes []*host.Node, copy string) (with, without *
 // in the object's order makes one, without waiting for a write.
 func TestIdleObjectTakenOverGetsItsCopiesBack(t *testing.T) {
 	t.Parallel()
-	nodes, _ := hosttest.Cluster(t, 4, hosttest.Options{Programs: clusterPrograms, Configure: func(c *host.Config) {
+	nodes, _ := hosttest.Cluster(t, 4, hosttest.Options{Programs: clusterPrograms, Race: true, Configure: func(c *host.Config) {
 		c.Replicas = 2
 	}})
 	ctx := context.Background()

@@ -92,11 +92,15 @@ func (o *op[Req, Rep]) serve(ctx context.Context, n *Node, m *nats.Msg) (*nats.M
 	if err := decode(m, &req); err != nil {
 		return nil, fmt.Errorf("%w: %s request: %v", ErrBadRequest, o.name, err)
 	}
+	ctx, servedBy := api.WithServedBy(ctx)
 	rep, err := o.local(n, ctx, obj, req)
 	if err != nil {
 		return nil, err
 	}
 	out := &nats.Msg{Header: nats.Header{}}
+	if *servedBy != "" {
+		out.Header.Set(hdrServedBy, *servedBy)
+	}
 	if err := encode(out, rep); err != nil {
 		return nil, fmt.Errorf("%s reply: %w", o.name, err)
 	}
@@ -153,6 +157,9 @@ func (o *op[Req, Rep]) send(ctx context.Context, n *Node, node string, obj Objec
 	reply, err := n.request(ctx, node, o.name, m, cmp.Or(o.timeout, n.remoteTimeout()))
 	if err != nil {
 		return rep, err
+	}
+	if s := reply.Header.Get(hdrServedBy); s != "" {
+		api.SetServedBy(ctx, s)
 	}
 	if err := decode(reply, &rep); err != nil {
 		return rep, fmt.Errorf("%s reply from node %s: %w", o.name, node, err)
@@ -338,6 +345,8 @@ const (
 	hdrKey     = "Key"    // a call's idempotency key
 	hdrChain   = "Chain"  // the objects waiting for a call
 	hdrArg     = "Arg"    // a follow's follower node
+	// hdrServedBy, on a reply, is the node that ran the call.
+	hdrServedBy = "Served-By"
 )
 
 // subscribe serves this node's inter-node subjects.

@@ -755,6 +755,9 @@ func (n *Node) callLocal(ctx context.Context, id ObjectID, req callRequest) ([]b
 	if err == nil && !n.cluster.LeaseValid() {
 		return nil, fmt.Errorf("%w: this node's lease ran out before the reply was sent; the call may have been applied", ErrUnavailable)
 	}
+	if err == nil {
+		api.SetServedBy(ctx, n.id)
+	}
 	return reply, err
 }
 

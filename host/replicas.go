@@ -66,7 +66,9 @@ type replicas struct {
 	cl     *cluster.Cluster
 	active func(ObjectID) bool
 	fenced func(ObjectID)
-	logger *slog.Logger
+	// homePath is where id's file is when this node is (or was) its home.
+	homePath func(ObjectID) string
+	logger   *slog.Logger
 	// snapEvery is how many change sets a home ships between snapshots
 	// (0 or less: none); snaps is each home object's *snapState.
 	snapEvery int
@@ -691,6 +693,9 @@ func (r *replicas) copyFile(ctx context.Context, id ObjectID) (*store.File, erro
 	if f != nil {
 		return f, nil
 	}
+	if err := r.adoptHomeFile(id); err != nil {
+		return nil, err
+	}
 	f, err := store.Open(ctx, r.copyPath(id), store.SyncNormal)
 	if err != nil {
 		return nil, err
@@ -699,6 +704,33 @@ func (r *replicas) copyFile(ctx context.Context, id ObjectID) (*store.File, erro
 	r.open[id] = f
 	r.mu.Unlock()
 	return f, nil
+}
+
+// adoptHomeFile starts id's copy from this node's old home file of it,
+// when there is no copy yet and the object is not active here: a home
+// that was taken over (paused past its lease, say) applies the new home's
+// change sets to a copy before it retires its file, and the file it held
+// is a prefix of the stream (a catch-up finds it out if not, and sets it
+// aside). Starting from it spares the copy a transfer from the start, and
+// keeps what the old home committed on disk instead of deleting it when
+// the retirement finds a copy already made. Called with copyMu held.
+func (r *replicas) adoptHomeFile(id ObjectID) error {
+	if r.homePath == nil || r.active(id) || r.queue(id) != nil {
+		return nil // held here, or change sets here wait to be shipped from it
+	}
+	cp := r.copyPath(id)
+	if _, err := os.Stat(cp); !errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	home := r.homePath(id)
+	if _, err := os.Stat(home); err != nil {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(cp), 0o755); err != nil {
+		return err
+	}
+	r.logger.Info("a copy starts from this node's file of the object, which it no longer holds", slog.String("object", id.String()))
+	return moveFile(home, cp)
 }
 
 // closeCopy closes id's copy if it is open. Called with copyMu held.

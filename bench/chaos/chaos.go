@@ -421,6 +421,7 @@ func run(ctx context.Context, cfg Config, dir string, res *Result) error {
 		if !ok {
 			continue
 		}
+		res.Violations = append(res.Violations, CheckOneHome(obj, byObj[obj])...)
 		applied, vs := CheckObjectLog(obj, byObj[obj], logs[obj], v)
 		for k := range vs {
 			vs[k].File = writeHistory(dir, obj, byObj[obj])

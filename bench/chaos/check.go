@@ -50,6 +50,7 @@ const (
 	AppliedTwice    = "write applied twice"
 	LogConsistency  = "log consistent"
 	NodeIDReuse     = "node ids never reused"
+	OneHome         = "one home at a time"
 	NodeExited      = "no node exits on its own"
 	FollowerOnce    = "durable follower counts each event once"
 	SubscriberGap   = "stream subscriber gets every event in order from its checkpoint"
@@ -421,4 +422,52 @@ func formatOps(ops []Op) string {
 		fmt.Fprintf(&b, "  %s\n", o)
 	}
 	return strings.TrimRight(b.String(), "\n")
+}
+
+// CheckOneHome checks that an object was answered by one home at a time,
+// from the node each acknowledged call ran on. A home gives its object up
+// only for good (its id never returns), so homes follow one another: when
+// a call that home A ran had returned before a call that home B ran was
+// sent, A came before B. If B also came before A, the two answered
+// overlapping stretches of time: two homes at once, whatever the values
+// read (a stale read would be one symptom, a lost write another).
+func CheckOneHome(object string, ops []Op) []Violation {
+	// For each home, its first return and its last call: A came before B
+	// exactly when A's first return precedes B's last call.
+	type span struct {
+		firstReturn, lastCall int64
+		first, last           Op
+	}
+	spans := map[string]*span{}
+	var homes []string
+	for _, o := range ops {
+		if o.Outcome != OK || o.Home == "" {
+			continue
+		}
+		s, ok := spans[o.Home]
+		if !ok {
+			s = &span{firstReturn: o.Return, lastCall: o.Call, first: o, last: o}
+			spans[o.Home] = s
+			homes = append(homes, o.Home)
+		}
+		if o.Return < s.firstReturn {
+			s.firstReturn, s.first = o.Return, o
+		}
+		if o.Call > s.lastCall {
+			s.lastCall, s.last = o.Call, o
+		}
+	}
+	sort.Strings(homes)
+	var vs []Violation
+	for i, a := range homes {
+		for _, b := range homes[i+1:] {
+			sa, sb := spans[a], spans[b]
+			if sa.firstReturn < sb.lastCall && sb.firstReturn < sa.lastCall {
+				vs = append(vs, Violation{Check: OneHome, Object: object, Detail: fmt.Sprintf(
+					"%s and %s each answered after the other had: %s returned before %s was sent, and %s returned before %s was sent",
+					a, b, sa.first, sb.last, sb.first, sa.last)})
+			}
+		}
+	}
+	return vs
 }

@@ -356,3 +356,31 @@ func TestEnded(t *testing.T) {
 		t.Errorf("ends: %q", got)
 	}
 }
+
+func TestCheckOneHome(t *testing.T) {
+	on := func(o Op, home string) Op { o.Home = home; return o }
+	// A takeover: a answers, then b. a's last reply may come back after
+	// b's first call was sent (it ran before the takeover, its reply was
+	// slow), which is no overlap.
+	handover := []Op{
+		on(add(1, 0, 5, 5, 0, 10), "a"),
+		on(get(2, 1, 5, 12, 40), "a"),
+		on(add(3, 2, 7, 12, 30, 50), "b"),
+		on(get(4, 0, 12, 60, 70), "b"),
+		{ID: 5, Kind: Read, Call: 65, Return: 90, Outcome: Ambiguous}, // no home: not counted
+	}
+	if vs := CheckOneHome(obj, handover); len(vs) != 0 {
+		t.Fatalf("a handover flagged: %v", vs)
+	}
+	// The old home answers a read sent after the new home had answered a
+	// write: two homes at once (the stale read CI's soak once saw).
+	stale := append(slices.Clone(handover[:4]), on(get(6, 1, 5, 80, 85), "a"))
+	vs := CheckOneHome(obj, stale)
+	if len(vs) != 1 || vs[0].Check != OneHome || !strings.Contains(vs[0].Detail, "#6") {
+		t.Fatalf("the old home answering after the new one: %v", vs)
+	}
+	// Calls with no home named (an older node) say nothing either way.
+	if vs := CheckOneHome(obj, []Op{add(1, 0, 5, 5, 0, 10), get(2, 0, 5, 20, 30)}); len(vs) != 0 {
+		t.Fatalf("calls without a home flagged: %v", vs)
+	}
+}

@@ -44,8 +44,9 @@ type Op struct {
 	Return  int64   `json:"return"`
 	Outcome Outcome `json:"outcome"`
 	Err     string  `json:"err,omitempty"`
-	Node    int     `json:"node"`    // the node the client called
-	NodeID  string  `json:"node_id"` // its id when the call was sent, as last seen
+	Node    int     `json:"node"`           // the node the client called
+	NodeID  string  `json:"node_id"`        // its id when the call was sent, as last seen
+	Home    string  `json:"home,omitempty"` // the node that ran it (OK only): the object's home then
 }
 
 func (o Op) String() string {
@@ -57,8 +58,12 @@ func (o Op) String() string {
 	if o.Outcome != OK {
 		out = fmt.Sprintf("%s: %s", o.Outcome, o.Err)
 	}
-	return fmt.Sprintf("#%d c%d %s%s → %s  [%.3f s, %.3f s] via node %d (%s)",
-		o.ID, o.Client, o.Kind, in, out, sec(o.Call), sec(o.Return), o.Node, o.NodeID)
+	home := ""
+	if o.Home != "" {
+		home = ", ran on " + o.Home
+	}
+	return fmt.Sprintf("#%d c%d %s%s → %s  [%.3f s, %.3f s] via node %d (%s%s)",
+		o.ID, o.Client, o.Kind, in, out, sec(o.Call), sec(o.Return), o.Node, o.NodeID, home)
 }
 
 func sec(ns int64) float64 { return float64(ns) / 1e9 }

@@ -133,12 +133,12 @@ func (w *workload) call(ctx context.Context, c, node int, object string, kind Ki
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.CallTimeout)
 	defer cancel()
 	o.Call = w.rec.Now()
-	out, err := w.cluster.Nodes[node].Client.Call(cctx, object, string(kind), payload)
+	out, home, err := w.cluster.Nodes[node].Client.CallAt(cctx, object, string(kind), payload)
 	o.Return = w.rec.Now()
 	if err == nil {
 		v, perr := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
 		if perr == nil {
-			o.Outcome, o.Value = OK, v
+			o.Outcome, o.Value, o.Home = OK, v, home
 			return o
 		}
 		err = fmt.Errorf("reply %q: %w", out, perr)

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -19,16 +20,42 @@ import (
 // another method or payload is refused with 422.
 const IdempotencyKeyHeader = "Idempotency-Key"
 
+// ServedByHeader, on a call's reply, is the id of the node that ran the
+// call: the object's home when it ran. A client that reaches the object
+// through several nodes can tell from it which home answered each call.
+const ServedByHeader = "Host-Served-By"
+
+type servedByKey struct{}
+
+// WithServedBy returns ctx with a place for the id of the node that runs
+// the call made with it, and that place.
+func WithServedBy(ctx context.Context) (context.Context, *string) {
+	var node string
+	return context.WithValue(ctx, servedByKey{}, &node), &node
+}
+
+// SetServedBy records node as the one that ran the call ctx belongs to;
+// nothing when ctx has no place for it.
+func SetServedBy(ctx context.Context, node string) {
+	if p, ok := ctx.Value(servedByKey{}).(*string); ok {
+		*p = node
+	}
+}
+
 func (s *server) handleCall(w http.ResponseWriter, r *http.Request, p tenancy.Principal, id names.Object) {
 	payload, err := readBody(w, r, s.cfg.MaxPayload)
 	if err != nil {
 		s.failAs(w, p, err)
 		return
 	}
-	reply, err := s.b.CallWithKey(r.Context(), id, r.PathValue("method"), payload, r.Header.Get(IdempotencyKeyHeader))
+	ctx, servedBy := WithServedBy(r.Context())
+	reply, err := s.b.CallWithKey(ctx, id, r.PathValue("method"), payload, r.Header.Get(IdempotencyKeyHeader))
 	if err != nil {
 		s.failAs(w, p, err)
 		return
+	}
+	if *servedBy != "" {
+		w.Header().Set(ServedByHeader, *servedBy)
 	}
 	if json.Valid(reply) && len(reply) > 0 {
 		w.Header().Set("Content-Type", "application/json")

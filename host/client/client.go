@@ -143,6 +143,21 @@ func (c *Client) Call(ctx context.Context, object, method string, payload []byte
 	return out, err
 }
 
+// CallAt is Call, and also says which node ran the call: the object's
+// home when it ran (the reply's Host-Served-By header; "" from a node
+// that does not send it).
+func (c *Client) CallAt(ctx context.Context, object, method string, payload []byte) (reply []byte, node string, err error) {
+	id, err := parseObject(object)
+	if err != nil {
+		return nil, "", err
+	}
+	out, hdr, err := c.do(ctx, http.MethodPost, id.path()+"/"+url.PathEscape(method), payload)
+	if err != nil {
+		return nil, "", err
+	}
+	return out, hdr.Get("Host-Served-By"), nil
+}
+
 // CallWithKey is Call once in effect per idempotency key (sent as the
 // Idempotency-Key header): a repeat within the node's record age gets
 // the first call's reply without the method running again; the same key
