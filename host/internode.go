@@ -92,7 +92,13 @@ func (o *op[Req, Rep]) serve(ctx context.Context, n *Node, m *nats.Msg) (*nats.M
 	if err := decode(m, &req); err != nil {
 		return nil, fmt.Errorf("%w: %s request: %v", ErrBadRequest, o.name, err)
 	}
-	ctx, servedBy := api.WithServedBy(ctx)
+	// An object's op says which node ran it (a call's reply names its
+	// home); a node op, a delivery say, is not asked.
+	var none string
+	servedBy := &none
+	if o.home {
+		ctx, servedBy = api.WithServedBy(ctx)
+	}
 	rep, err := o.local(n, ctx, obj, req)
 	if err != nil {
 		return nil, err
