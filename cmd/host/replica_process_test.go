@@ -64,6 +64,9 @@ func startReplicaCluster(t *testing.T, ttl time.Duration, flags ...string) *repl
 				}
 				if s != nil {
 					if !s.waited && os.Getenv("HOST_TEST_STACKS") != "" {
+						// A paused node takes no signal but SIGKILL
+						// until it is continued.
+						s.cmd.Process.Signal(syscall.SIGCONT)
 						s.cmd.Process.Signal(syscall.SIGQUIT)
 						<-s.done
 						s.waited = true
