@@ -70,7 +70,7 @@ func (n *Node) newCluster(js jetstream.JetStream, replicas int, takeover bool) (
 		LocalObjects: n.localObjects,
 		// A follower taken over here is served again: publishers anywhere
 		// whose edges wait for it route them now.
-		Moved: func(o cluster.Object) { n.nats.nc.Publish(placedSubject, []byte(ObjectID(o).String())) },
+		Moved: func(o cluster.Object) { n.nats.nc.Publish(placedSubject, []byte(ObjectID(o).String()+"\n"+n.id)) },
 		BeforeWatch: func() {
 			if f := beforeLeaseWatch.Load(); f != nil {
 				(*f)()

@@ -261,8 +261,10 @@ func decode(m *nats.Msg, v any) error {
 func nodeSubject(node, op string) string { return "host.node." + node + "." + op }
 
 // placedSubject carries, to every node, the id of an object that a node
-// took over from a node that is gone: publishers waiting for it as an
-// unplaced follower route its edges at once.
+// took over from a node that is gone, and after a line break that node's
+// id: publishers waiting for it as an unplaced follower route its edges at
+// once, to that node (the directory read through a replica that has not
+// seen the move yet would still name the gone node).
 const placedSubject = "host.placed"
 
 // remoteError is an error that crossed from another node, keeping its
@@ -361,7 +363,11 @@ func (n *Node) subscribe() error {
 		n.rpcs.Add(1)
 		go func() {
 			defer n.rpcs.Done()
-			n.followerPlaced(n.bgContext, string(m.Data))
+			object, home, _ := strings.Cut(string(m.Data), "\n")
+			if id, err := ParseObjectID(object); err == nil && home != "" {
+				n.cluster.Learn(cluster.Object(id), home)
+			}
+			n.followerPlaced(n.bgContext, object)
 		}()
 	})
 	if err != nil {

@@ -182,6 +182,18 @@ func (c *Cluster) cache(obj Object, node string) string {
 	return node
 }
 
+// Learn caches node as obj's home, as the node that claimed it in the
+// directory says: a read of the directory through a replica that has not
+// seen the claim yet would name the node it moved from. A node known dead
+// is not learned.
+func (c *Cluster) Learn(obj Object, node string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.dead[node] {
+		c.homes[obj] = node
+	}
+}
+
 // Forget drops a cached home (a forward found it stale).
 func (c *Cluster) Forget(obj Object) {
 	c.mu.Lock()
