@@ -299,13 +299,14 @@ func (r *replicas) allShipped(id ObjectID) bool {
 	return waiting == 0
 }
 
-// readCap is the last seq of id's log a reader may see here: under async
-// acknowledgement, what is shipped; 0 (no cap) otherwise.
-func (r *replicas) readCap(id ObjectID) uint64 {
+// readCap is the last seq of id's log a reader may see here, and whether
+// there is one: under async acknowledgement, what is shipped (0 when no
+// event is yet); none otherwise.
+func (r *replicas) readCap(id ObjectID) (uint64, bool) {
 	if q := r.queue(id); q != nil {
-		return q.shipped()
+		return q.shipped(), true
 	}
-	return 0
+	return 0, false
 }
 
 // queue is id's ship queue here: nil without async acknowledgement, or

@@ -81,7 +81,8 @@ func (n *Node) readLocal(ctx context.Context, obj ObjectID, q streamQuery) ([]ab
 	if err := n.replicas.waitShipped(ctx, obj); err != nil {
 		return nil, err
 	}
-	return store.Read(ctx, n.objectPath(obj), store.Query{After: q.After, Topic: q.Topic, Cap: n.replicas.readCap(obj),
+	limit, capped := n.replicas.readCap(obj)
+	return store.Read(ctx, n.objectPath(obj), store.Query{After: q.After, Topic: q.Topic, Capped: capped, Cap: limit,
 		Match: delivery.MustFilter(q.Filter).MatchFunc(), Limit: q.Limit, MaxBytes: q.MaxBytes, Latest: q.Latest})
 }
 

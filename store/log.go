@@ -23,9 +23,11 @@ type Query struct {
 	// this copy of the log: a log that ends before it fails with ErrNoLog
 	// (a stale copy). 0: no upper bound.
 	Through uint64
-	// Cap, when set, leaves out events after it, with no error: what a
-	// reader may see of a log whose tail is not shipped yet. 0: no cap.
-	Cap uint64
+	// Capped leaves out the events after Cap, with no error: what a
+	// reader may see of a log whose tail is not shipped yet (Cap 0: no
+	// event is shipped yet, so none is seen).
+	Capped bool
+	Cap    uint64
 	// Topic selects one topic; "" every topic.
 	Topic string
 	// Match, when set, keeps the events whose payload it accepts: a
@@ -114,7 +116,7 @@ func readLog(ctx context.Context, db queryer, q Query) ([]abi.Event, error) {
 		query += ` AND seq <= ?`
 		args = append(args, int64(q.Through))
 	}
-	if q.Cap > 0 {
+	if q.Capped {
 		query += ` AND seq <= ?`
 		args = append(args, int64(q.Cap))
 	}

@@ -189,9 +189,12 @@ func TestQuery(t *testing.T) {
 		{"latest of topic", store.Query{Latest: true, Topic: "t"}, []uint64{5}, nil},
 		{"latest match", store.Query{Latest: true, Match: ann}, []uint64{4}, nil},
 		{"latest in range", store.Query{Latest: true, Through: 3}, []uint64{3}, nil},
-		{"capped", store.Query{After: 5, Cap: 6}, []uint64{6}, nil},
-		{"capped past the head", store.Query{After: 5, Cap: 9}, []uint64{6, 7}, nil},
-		{"latest under the cap", store.Query{Latest: true, Cap: 4}, []uint64{4}, nil},
+		{"capped", store.Query{After: 5, Capped: true, Cap: 6}, []uint64{6}, nil},
+		{"capped past the head", store.Query{After: 5, Capped: true, Cap: 9}, []uint64{6, 7}, nil},
+		{"latest under the cap", store.Query{Latest: true, Capped: true, Cap: 4}, []uint64{4}, nil},
+		// Nothing shipped yet: a cap of 0 shows nothing (it once meant
+		// no cap, and a stream read an event not yet shipped).
+		{"capped at nothing", store.Query{Capped: true, Cap: 0}, []uint64{}, nil},
 		{"latest after the last", store.Query{Latest: true, After: 7}, []uint64{}, nil},
 	}
 	for _, c := range cases {
