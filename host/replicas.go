@@ -503,14 +503,20 @@ func (r *replicas) adoptCopy(id ObjectID, path string) error {
 func (r *replicas) keepAsCopy(id ObjectID, home, path string) (bool, error) {
 	r.copyMu.Lock()
 	defer r.copyMu.Unlock()
-	cp := r.copyPath(id)
-	if _, err := os.Stat(cp); err != nil && r.keeps(id, home) {
-		if err := os.MkdirAll(filepath.Dir(cp), 0o755); err != nil {
-			return false, err
-		}
-		return true, moveFile(path, cp)
+	if _, err := os.Stat(r.copyPath(id)); err != nil && r.keeps(id, home) {
+		return true, r.homeToCopy(id, path)
 	}
 	return false, store.RemoveFile(path)
+}
+
+// homeToCopy moves the home file at path to id's copy path. Called with
+// copyMu held.
+func (r *replicas) homeToCopy(id ObjectID, path string) error {
+	cp := r.copyPath(id)
+	if err := os.MkdirAll(filepath.Dir(cp), 0o755); err != nil {
+		return err
+	}
+	return moveFile(path, cp)
 }
 
 // start applies, from now on, every change set shipped by another node to
@@ -719,19 +725,15 @@ func (r *replicas) adoptHomeFile(id ObjectID) error {
 	if r.homePath == nil || r.active(id) || r.queue(id) != nil {
 		return nil // held here, or change sets here wait to be shipped from it
 	}
-	cp := r.copyPath(id)
-	if _, err := os.Stat(cp); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(r.copyPath(id)); !errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
 	home := r.homePath(id)
 	if _, err := os.Stat(home); err != nil {
 		return nil
 	}
-	if err := os.MkdirAll(filepath.Dir(cp), 0o755); err != nil {
-		return err
-	}
 	r.logger.Info("a copy starts from this node's file of the object, which it no longer holds", slog.String("object", id.String()))
-	return moveFile(home, cp)
+	return r.homeToCopy(id, home)
 }
 
 // closeCopy closes id's copy if it is open. Called with copyMu held.
