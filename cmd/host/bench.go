@@ -234,7 +234,8 @@ fault in three (a kill or a pause) takes a second node down with it.
 At the end it checks each counter's history with porcupine (a call without
 a reply counts as possibly applied), its log against every acknowledged
 write (none lost, none twice, nothing else), that node ids never came
-back, that each tally counted exactly the events of its counter's log
+back, that no two homes answered one counter at once (from each reply's
+Host-Served-By: the node that ran it), that each tally counted exactly the events of its counter's log
 (by seq), that each subscriber got every event with no gap from each
 checkpoint, and that no watcher connection got an event twice. It prints
 operations, faults, availability, latency during faults and without, and
