@@ -39,7 +39,7 @@ func ConnQueued(n *Node, id string) int {
 	if c == nil {
 		return -1
 	}
-	return len(c.inbox)
+	return c.inbox.len()
 }
 
 // StreamAfter is one read of a stream subscription on node n: the reader

@@ -131,7 +131,7 @@ type conn struct {
 	attached ObjectID // the object whose program shapes events, if it can
 	useEvent bool
 	ws       *websocket.Conn
-	inbox    chan *delivery.Item
+	inbox    inbox
 	ctrl     chan []byte
 	ctx      context.Context
 	cancel   context.CancelFunc
@@ -159,16 +159,14 @@ type conn struct {
 // publisher then prunes every edge this connection holds, and the client is
 // told it fell behind. The socket stays open.
 func (c *conn) Offer(it *delivery.Item) bool {
-	select {
-	case c.inbox <- it:
+	if c.inbox.push(it) {
 		c.wake()
 		return true
-	default:
-		if c.behind.CompareAndSwap(false, true) {
-			c.control(map[string]any{"type": "behind", "error": fmt.Sprintf("inbox full (%d events): your follows were dropped; follow again to resume", cap(c.inbox))})
-		}
-		return false
 	}
+	if c.behind.CompareAndSwap(false, true) {
+		c.control(map[string]any{"type": "behind", "error": fmt.Sprintf("inbox full (%d events): your follows were dropped; follow again to resume", c.inbox.max)})
+	}
+	return false
 }
 
 // control queues a control frame without blocking delivery.
@@ -237,7 +235,7 @@ func (n *Node) Connect(ws *websocket.Conn, ac api.Conn) {
 		attached: ac.Object,
 		useEvent: ac.UseEvent,
 		ws:       ws,
-		inbox:    make(chan *delivery.Item, n.dcfg.Inbox),
+		inbox:    inbox{max: n.dcfg.Inbox},
 		ctrl:     make(chan []byte, 16),
 		ctx:      ctx,
 		cancel:   cancel,
@@ -251,7 +249,9 @@ func (n *Node) Connect(ws *websocket.Conn, ac api.Conn) {
 	n.metrics.conns.Inc()
 	defer n.conns.wg.Done()
 	defer n.metrics.conns.Dec()
-	c.reply(map[string]any{"type": "hello", "connection": c.id, "node": n.id, "object": names.Show(c.who, c.attached)})
+	c.aside(func() {
+		c.reply(map[string]any{"type": "hello", "connection": c.id, "node": n.id, "object": names.Show(c.who, c.attached)})
+	})
 	c.readLoop()
 	c.close()
 }
@@ -288,26 +288,37 @@ func (c *conn) readLoop() {
 		if err != nil {
 			return
 		}
-		if typ != websocket.MessageText {
-			c.reply(map[string]any{"type": "error", "error": "send JSON text frames: {\"type\":\"follow\",\"object\":\"PROGRAM/ID\",\"topic\":\"T\"}"})
-			continue
-		}
-		req, err := parseClientRequest(data)
-		if err != nil {
-			c.reply(map[string]any{"type": "error", "request": req.Type, "error": err.Error()})
-			continue
-		}
-		// A follow runs deep (the publisher's hook, perhaps on another
-		// node): on a goroutine of its own, whose stack goes with it, so
-		// this one, which stays as long as the socket, keeps a small
-		// stack. Requests are still handled one at a time, in order.
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			c.handle(&req)
-		}()
-		<-done
+		// Everything but the read runs on a goroutine of its own, whose
+		// stack goes with it: decoding JSON and a follow run deep (the
+		// publisher's hook, perhaps on another node), and this goroutine,
+		// which stays as long as the socket, keeps the small stack a read
+		// needs. Requests are still handled one at a time, in order.
+		c.aside(func() { c.request(typ, data) })
 	}
+}
+
+// aside runs f on a goroutine of its own and waits for it.
+func (c *conn) aside(f func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	<-done
+}
+
+// request answers one client frame.
+func (c *conn) request(typ websocket.MessageType, data []byte) {
+	if typ != websocket.MessageText {
+		c.reply(map[string]any{"type": "error", "error": "send JSON text frames: {\"type\":\"follow\",\"object\":\"PROGRAM/ID\",\"topic\":\"T\"}"})
+		return
+	}
+	req, err := parseClientRequest(data)
+	if err != nil {
+		c.reply(map[string]any{"type": "error", "request": req.Type, "error": err.Error()})
+		return
+	}
+	c.handle(&req)
 }
 
 // maxParams bounds what a client presents to a follow hook.
@@ -418,10 +429,7 @@ func (c *conn) writeLoop() {
 		select {
 		case frame = <-c.ctrl:
 		default:
-			select {
-			case it = <-c.inbox:
-			default:
-			}
+			it = c.inbox.pop()
 		}
 		switch {
 		case frame != nil:
@@ -450,8 +458,9 @@ func (c *conn) writeLoop() {
 		default:
 			// Nothing to write: end, unless something came in meanwhile
 			// and no other writer took it.
+			c.inbox.shrink()
 			c.writing.Store(false)
-			if len(c.ctrl) == 0 && len(c.inbox) == 0 || !c.writing.CompareAndSwap(false, true) {
+			if len(c.ctrl) == 0 && c.inbox.len() == 0 || !c.writing.CompareAndSwap(false, true) {
 				return
 			}
 			continue
