@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"time"
 
@@ -104,7 +105,13 @@ func (o *object) submit(ctx context.Context, req *callRequest) ([]byte, error) {
 			return pc.reply, pc.err
 		case o.sem <- struct{}{}:
 			o.runQueued(pc)
+			inline := o.syncInline
+			o.syncInline = false
 			o.unlock()
+			if inline && o.gate.round() {
+				go o.gate.run() // others' replies wait too
+			}
+			<-pc.done // at once, or after the output gate's fsync
 			return pc.reply, pc.err
 		case <-gaveUp:
 			if o.withdraw(pc) {
@@ -169,8 +176,9 @@ func (o *object) putBack(calls []*pendingCall) {
 	o.queue = append(calls[:len(calls):len(calls)], o.queue...)
 }
 
-// runQueued runs batches from the queue until self is done. Called
-// locked.
+// runQueued runs batches from the queue until self is done, or, under
+// the output gate, until self is run and waits for its fsync (the queue is
+// empty then). Called locked.
 func (o *object) runQueued(self *pendingCall) {
 	if o.queued() == 1 {
 		// Alone: let callers that are about to queue (those the last
@@ -187,36 +195,82 @@ func (o *object) runQueued(self *pendingCall) {
 		}
 		batch := o.take(max(o.env.maxBatch, 1))
 		if len(batch) == 0 {
-			return // unreachable: self is queued or done
+			return // self is behind the output gate
 		}
 		o.runBatch(batch)
 	}
 }
 
 // runBatch runs the calls of one batch and answers each once the batch's
-// commit (or its rollback) is done. Called locked.
+// commit (or its rollback) is done, and under the output gate once what
+// they saw is durable. Called locked.
 func (o *object) runBatch(batch []*pendingCall) {
 	start := time.Now()
+	o.gating = o.gate != nil
+	// A lone call with nothing behind it or before it at the gate
+	// fsyncs in its own commit: the gate's fsync, made after the commit,
+	// costs a lone call more (measured: 60-90 µs at p50).
+	o.deferSync = o.gating && !(len(batch) == 1 && o.queued() == 0 && o.gate.idle())
 	if len(batch) == 1 {
 		pc := batch[0]
 		if err := pc.ctx.Err(); err != nil {
 			// Its caller gave up: it never runs.
 			pc.err = fmt.Errorf("waiting for %s: %w", o.id, err)
-			o.answer(batch, start)
-			return
+		} else {
+			pc.reply, pc.err = o.call(pc.ctx, pc.req)
+			if pc.err == nil {
+				o.env.metrics.batchCalls.Observe(1)
+			}
 		}
-		pc.reply, pc.err = o.call(pc.ctx, pc.req)
-		if pc.err == nil {
-			o.env.metrics.batchCalls.Observe(1)
-		}
-		o.answer(batch, start)
+		o.release(batch, start)
 		return
 	}
 	ran := o.runGroup(batch, start)
 	if rest := batch[len(ran):]; len(rest) > 0 {
 		o.putBack(rest)
 	}
-	o.answer(ran, start)
+	o.release(ran, start)
+}
+
+// release answers calls whose batch ended: at once, or under the output
+// gate once every commit before now is durable (a call that only read may
+// have seen one that is not), with the streams' hint and the pump's kick
+// the batch's commits owe. Called locked.
+func (o *object) release(calls []*pendingCall, start time.Time) {
+	if !o.gating {
+		o.answer(calls, start)
+		return
+	}
+	o.gating, o.deferSync = false, false
+	hint, kick := o.owedHint, o.owedKick
+	o.owedHint, o.owedKick = false, false
+	syncer := o.gate.after(func(err error) {
+		if err != nil {
+			o.env.log.Error("commit not made durable", slog.String("object", o.id.String()), slog.Any("err", err))
+			for _, pc := range calls {
+				if pc.err == nil {
+					pc.reply, pc.err = nil, fmt.Errorf("%w: the commit could not be made durable: %v", ErrUnavailable, err)
+				}
+			}
+		}
+		if hint {
+			o.env.hint(o.id)
+		}
+		if kick {
+			o.env.kick(o.id)
+		}
+		o.answer(calls, start)
+	})
+	switch {
+	case !syncer:
+	case o.queued() == 0:
+		// Nothing else to run: the caller holding the lock makes the
+		// fsync itself once it lets go of it (syncInline), sparing a
+		// lone call a goroutine's start and wake-up.
+		o.syncInline = true
+	default:
+		go o.gate.run()
+	}
 }
 
 // answer releases the replies of calls whose batch ended.

@@ -2,6 +2,8 @@ package host
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -48,3 +50,25 @@ func QueuedCalls(n *Node, id ObjectID) int {
 	defer n.objects.release(o)
 	return o.queued()
 }
+
+// HoldSyncs makes every output gate's fsync on n wait until release is
+// called, and counts them: synced is how many have begun.
+func HoldSyncs(n *Node) (release func(), synced func() int64) {
+	ch := make(chan struct{})
+	var began atomic.Int64
+	hook := func() {
+		began.Add(1)
+		<-ch
+	}
+	n.objects.env.syncHook.Store(&hook)
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			n.objects.env.syncHook.Store(nil)
+			close(ch)
+		})
+	}, began.Load
+}
+
+// DurableCap is the output gate's cap on reads of id's log on n.
+func DurableCap(n *Node, id ObjectID) (uint64, bool) { return n.objects.durableCap(id) }

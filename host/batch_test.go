@@ -13,6 +13,7 @@ import (
 	"github.com/durable-host/host/host"
 	hclient "github.com/durable-host/host/host/client"
 	"github.com/durable-host/host/host/hosttest"
+	"github.com/durable-host/host/store"
 )
 
 // Calls queued at an object while it is busy run as one batch (group
@@ -21,9 +22,21 @@ import (
 // while the others commit together. Followers and stream subscribers see
 // the committed calls' events once each, in order, and nothing of the
 // failed ones.
+//
+// Under --sync full the batch's commit is made durable by the object's
+// output gate, after the commit: the same holds.
 func TestGroupCommitFailingCallRollsBackAlone(t *testing.T) {
 	t.Parallel()
-	n, c := hosttest.Start(t, hosttest.Options{Programs: []string{"hostile"}})
+	for _, mode := range []store.Sync{store.SyncNormal, store.SyncFull} {
+		t.Run("sync="+string(mode), func(t *testing.T) {
+			t.Parallel()
+			groupCommitFailingCall(t, mode)
+		})
+	}
+}
+
+func groupCommitFailingCall(t *testing.T, mode store.Sync) {
+	n, c := hosttest.Start(t, hosttest.Options{Programs: []string{"hostile"}, Configure: func(c *host.Config) { c.Sync = mode }})
 	ctx := context.Background()
 	g := host.ObjectID{Program: "hostile", ID: "g"}
 	if _, err := c.Call(ctx, "hostile/f", "follow", []byte(`{"publisher":"hostile/g","topic":"t"}`)); err != nil {

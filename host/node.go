@@ -385,18 +385,26 @@ func (n *Node) open(ctx context.Context) error {
 	if cfg.Auth {
 		n.usage = tenancy.NewUsage(cfg.TenantLimits, n.tenants.Limits)
 	}
+	// Under --sync full with group commit, a home's file commits without
+	// an fsync and its object's output gate makes the commits durable
+	// before anything they did is seen (syncGate).
+	gated := cfg.Sync == store.SyncFull && cfg.MaxBatch > 1
+	homeSync := cfg.Sync
+	if gated {
+		homeSync = store.SyncNormal
+	}
 	openFile := func(ctx context.Context, _ ObjectID, path string) (*store.File, error) {
-		return store.Open(ctx, path, cfg.Sync)
+		return store.Open(ctx, path, homeSync)
 	}
 	if r := n.replicas; r != nil {
 		openFile = func(ctx context.Context, id ObjectID, path string) (*store.File, error) {
-			return r.openHome(ctx, id, path, cfg.Sync)
+			return r.openHome(ctx, id, path, homeSync)
 		}
 	}
 	n.objects = newObjects(&objectEnv{
 		dataDir: cfg.DataDir, openFile: openFile, programs: n.programs, engine: n.engine,
 		usage: n.usage, metrics: n.metrics, log: n.log,
-		hint: n.hintCommitted, kick: n.kick, follows: n, maxBatch: cfg.MaxBatch, batchTime: maxBatchTime, batchedCall: maxBatchedCall,
+		hint: n.hintCommitted, kick: n.kick, follows: n, maxBatch: cfg.MaxBatch, gated: gated, batchTime: maxBatchTime, batchedCall: maxBatchedCall,
 		now: cfg.Delivery.Clock.Now, alarmFileChanged: n.alarmFileChanged, alarmRetry: n.alarms.schedule,
 		call: n.call, budget: cfg.VM.Budget, callRecordAge: cfg.CallRecordAge, callRecords: cfg.CallRecords,
 	}, cfg.MaxActiveObjects, cfg.IdleTimeout)

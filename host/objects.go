@@ -67,6 +67,20 @@ type object struct {
 	qmu   sync.Mutex
 	queue []*pendingCall
 
+	// gate is the output gate under --sync full (nil otherwise), made
+	// with the object and kept for its life: readers outside its lock
+	// ask it what is durable. gating is set (under the lock) while a
+	// batch of calls runs: its commits owe the streams' hint and the
+	// pump's kick (owedHint, owedKick) to the batch's release; deferSync
+	// when, besides, they commit without an fsync and leave it to the
+	// gate (a lone call on an idle gate fsyncs in its commit instead).
+	gate               *syncGate
+	gating, deferSync  bool
+	owedHint, owedKick bool
+	// syncInline: the caller that holds the lock starts the gate's
+	// syncer with a round of its own once it lets go (runBatch).
+	syncInline bool
+
 	// Guarded by objects.mu.
 	refs     int
 	lastUsed time.Time
@@ -120,6 +134,12 @@ type objectEnv struct {
 	call func(ctx context.Context, id ObjectID, req callRequest) ([]byte, error)
 	// budget is the handler budget, for error messages.
 	budget time.Duration
+	// gated: files open with SyncNormal and each object's output gate
+	// makes its commits durable (--sync full with group commit).
+	gated bool
+	// syncHook, when set (by tests), runs before each of the gates'
+	// fsyncs.
+	syncHook atomic.Pointer[func()]
 	// callRecordAge and callRecords bound the recorded calls of an
 	// object.
 	callRecordAge time.Duration
@@ -163,6 +183,9 @@ func (r *objects) acquire(id ObjectID) (*object, error) {
 	o, ok := r.active[id]
 	if !ok {
 		o = &object{id: id, env: r.env, sem: make(chan struct{}, 1)}
+		if r.env.gated {
+			o.gate = &syncGate{}
+		}
 		r.active[id] = o
 		o.elem = r.lru.PushFront(o)
 	} else {
@@ -271,6 +294,20 @@ func (r *objects) activeIDs() []ObjectID {
 	return out
 }
 
+// durableCap is the output gate's cap on reads of id's log (see
+// syncGate.cap): none unless id is active here under a gate with commits
+// not yet durable. A reader asks once its snapshot is taken; an object not
+// active then made what it committed durable as it closed.
+func (r *objects) durableCap(id ObjectID) (uint64, bool) {
+	r.mu.Lock()
+	o := r.active[id]
+	r.mu.Unlock()
+	if o == nil || o.gate == nil {
+		return 0, false
+	}
+	return o.gate.cap()
+}
+
 // isActive reports whether id is active here (so this node is its home).
 func (r *objects) isActive(id ObjectID) bool {
 	r.mu.Lock()
@@ -295,6 +332,14 @@ func (o *object) close() {
 		o.running.Store(0)
 	}
 	if o.file != nil {
+		if o.gate != nil {
+			// What committed is durable before the file goes: the last
+			// replies are released.
+			if err := o.gate.flush(); err != nil {
+				o.env.log.Error("object file not made durable as it closed", slog.String("object", o.id.String()), slog.Any("err", err))
+			}
+			o.gate.reset(nil, 0)
+		}
 		o.file.Close()
 		o.file = nil
 	}
@@ -341,6 +386,26 @@ func (o *object) fileOpener() (func(context.Context) error, error) {
 		if err != nil {
 			undo()
 			return err
+		}
+		if o.gate != nil {
+			// What the file holds is durable before the gate starts on it
+			// (a process that crashed may have left commits unsynced).
+			head, err := f.Head()
+			if err == nil {
+				err = f.SyncLog()
+			}
+			if err != nil {
+				f.Close()
+				undo()
+				return err
+			}
+			env := o.env
+			o.gate.reset(func() error {
+				if h := env.syncHook.Load(); h != nil {
+					(*h)()
+				}
+				return f.SyncLog()
+			}, head)
 		}
 		o.file, o.capped, o.frozen = f, 0, false
 		// A home's file may hold an alarm set before a restart or on the
@@ -494,7 +559,7 @@ func (o *object) begin(ctx context.Context, tu *tenancy.Use) (*store.Tx, error) 
 	if err := o.capStorage(tu); err != nil {
 		return nil, err
 	}
-	return o.file.Begin()
+	return o.beginTx()
 }
 
 // runHandler runs one handler in tx and returns what failed it: the
@@ -527,15 +592,32 @@ func (o *object) runHandler(ctx context.Context, tx *store.Tx, tu *tenancy.Use, 
 }
 
 // commit commits tx (shipping its change set first when copies are on)
-// and, if it published, tells the streams and kicks the pump.
+// and, if it published, tells the streams and kicks the pump. Under the
+// output gate, a batch's commit made without an fsync (deferSync) leaves
+// the fsync to the gate, and a batch's commit owes its hint and kick to
+// the batch's release (runBatch); any other commit fsyncs in SQLite's
+// commit, as without the gate.
 func (o *object) commit(tx *store.Tx, tu *tenancy.Use) error {
-	if err := tx.Commit(); err != nil {
+	g := o.gate
+	if g != nil {
+		g.beginCommit()
+	}
+	err := tx.Commit()
+	if g != nil {
+		g.endCommit(err == nil, tx.LastSeq(), !o.deferSync)
+	}
+	if err != nil {
 		return o.storageErr(tu, err)
 	}
 	if tx.AlarmChanged() {
 		o.env.alarmFileChanged(o.id, o.file)
 	}
 	if tx.Published() > 0 {
+		if o.gating {
+			o.owedHint = true
+			o.owedKick = o.owedKick || o.file.MayHaveEdges()
+			return nil
+		}
 		o.env.hint(o.id)
 		if o.file.MayHaveEdges() {
 			o.env.kick(o.id)
@@ -544,10 +626,33 @@ func (o *object) commit(tx *store.Tx, tu *tenancy.Use) error {
 	return nil
 }
 
+// beginTx starts a transaction on the object's file. Under the output gate
+// it sets how the commit syncs first (SQLite allows no change inside a
+// transaction): without an fsync when deferSync (the gate makes it
+// durable), else in the commit itself.
+func (o *object) beginTx() (*store.Tx, error) {
+	if o.gate != nil {
+		mode := store.SyncFull
+		if o.deferSync {
+			mode = store.SyncNormal
+		}
+		if err := o.file.SetSync(mode); err != nil {
+			return nil, err
+		}
+	}
+	return o.file.Begin()
+}
+
 // between runs f in a transaction of the object's own (not a handler's:
 // the pump's, an alarm's record of a failed run) and commits it. Called locked, with the file open.
 func (o *object) between(f func(*store.Tx) error) error {
-	tx, err := o.file.Begin()
+	if o.gate != nil {
+		// The pump reads the log here: only what is durable.
+		if err := o.gate.flush(); err != nil {
+			return err
+		}
+	}
+	tx, err := o.beginTx()
 	if err != nil {
 		return err
 	}

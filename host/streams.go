@@ -82,7 +82,9 @@ func (n *Node) readLocal(ctx context.Context, obj ObjectID, q streamQuery) ([]ab
 		return nil, err
 	}
 	limit, capped := n.replicas.readCap(obj)
-	return store.Read(ctx, n.objectPath(obj), store.Query{After: q.After, Topic: q.Topic, Capped: capped, Cap: limit,
+	// Under the output gate: nothing not yet durable.
+	durable := func() (uint64, bool) { return n.objects.durableCap(obj) }
+	return store.Read(ctx, n.objectPath(obj), store.Query{After: q.After, Topic: q.Topic, Capped: capped, Cap: limit, CapAfter: durable,
 		Match: delivery.MustFilter(q.Filter).MatchFunc(), Limit: q.Limit, MaxBytes: q.MaxBytes, Latest: q.Latest})
 }
 

@@ -56,6 +56,10 @@ type File struct {
 	ship       Shipper
 	pos        Position
 	captureAll bool
+
+	logSync logSync
+	// sync is the synchronous setting in force (SetSync).
+	sync Sync
 }
 
 // Open opens the object file at path, creating it if needed and upgrading
@@ -76,7 +80,7 @@ func Open(ctx context.Context, path string, sync Sync) (*File, error) {
 		return nil, err
 	}
 	db.SetMaxOpenConns(1)
-	f := &File{path: path, db: db}
+	f := &File{path: path, db: db, sync: sync}
 	if err := f.init(ctx); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
@@ -139,7 +143,22 @@ func (f *File) Close() error {
 	if f.conn != nil {
 		f.conn.Close()
 	}
-	return f.db.Close()
+	err := f.db.Close()
+	f.closeLogSync()
+	return err
+}
+
+// SetSync sets how the next commits sync, outside a transaction (SQLite
+// refuses a change inside one).
+func (f *File) SetSync(s Sync) error {
+	if s == f.sync {
+		return nil
+	}
+	if _, err := f.conn.ExecContext(context.Background(), "PRAGMA synchronous = "+string(s)); err != nil {
+		return fmt.Errorf("set synchronous %s: %w", s, err)
+	}
+	f.sync = s
+	return nil
 }
 
 // Tx is one transaction on a File: a handler's writes and publishes, or the
@@ -148,6 +167,9 @@ type Tx struct {
 	f         *File
 	done      bool
 	published int
+	// lastSeq is the seq of the last event appended (0: none), as of
+	// the last savepoint rolled back to.
+	lastSeq uint64
 
 	// Edge cache upkeep: patches apply to File.edges on commit; a change
 	// the cache cannot follow drops it.
@@ -230,6 +252,10 @@ func (t *Tx) Rollback() error {
 	return err
 }
 
+// LastSeq is the seq of the last event this transaction appended and did
+// not roll back (0: none): once committed, the log's head.
+func (t *Tx) LastSeq() uint64 { return t.lastSeq }
+
 // Published reports how many events this transaction appended.
 func (t *Tx) Published() int { return t.published }
 
@@ -303,6 +329,7 @@ func (t *Tx) Append(topic string, payload []byte, at time.Time) (uint64, error) 
 		return 0, err
 	}
 	t.published++
+	t.lastSeq = uint64(seq)
 	t.rec(opAppend, uint64(seq), topic, payload, at.UnixNano())
 	return uint64(seq), nil
 }

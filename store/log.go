@@ -28,6 +28,12 @@ type Query struct {
 	// event is shipped yet, so none is seen).
 	Capped bool
 	Cap    uint64
+	// CapAfter, when set, is asked once the read's snapshot is taken
+	// (after its first row): the events past the cap it gives are left
+	// out. What it knows of commits is then at least as new as the
+	// snapshot: the output gate's cap, which must not show a commit not
+	// yet durable.
+	CapAfter func() (uint64, bool)
 	// Topic selects one topic; "" every topic.
 	Topic string
 	// Match, when set, keeps the events whose payload it accepts: a
@@ -159,5 +165,33 @@ func readLog(ctx context.Context, db queryer, q Query) ([]abi.Event, error) {
 			break
 		}
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if q.CapAfter == nil || len(out) == 0 {
+		return out, nil
+	}
+	c, ok := q.CapAfter()
+	// The snapshot's work is done: its connection is free for a read
+	// again (the only one of a read-only file, or a transaction's).
+	rows.Close()
+	if !ok {
+		return out, nil
+	}
+	kept := out[:0]
+	for _, e := range out {
+		if e.Seq <= c {
+			kept = append(kept, e)
+		}
+	}
+	if q.Latest && len(kept) == 0 {
+		// The latest is not durable yet: the latest that is, read under
+		// the cap (what it leaves is durable already).
+		q.CapAfter = nil
+		if !q.Capped || c < q.Cap {
+			q.Capped, q.Cap = true, c
+		}
+		return readLog(ctx, db, q)
+	}
+	return kept, nil
 }

@@ -14,6 +14,7 @@ type Savepoint struct {
 	patches   int
 	dropEdges bool
 	alarm     bool
+	lastSeq   uint64
 }
 
 // Savepoint marks the transaction as it is now.
@@ -21,7 +22,7 @@ func (t *Tx) Savepoint() (Savepoint, error) {
 	if _, err := t.f.savepoint.ExecContext(bg); err != nil {
 		return Savepoint{}, fmt.Errorf("savepoint: %w", err)
 	}
-	return Savepoint{t: t, ops: len(t.ops), published: t.published, patches: len(t.patches), dropEdges: t.dropEdges, alarm: t.alarmChanged}, nil
+	return Savepoint{t: t, ops: len(t.ops), published: t.published, patches: len(t.patches), dropEdges: t.dropEdges, alarm: t.alarmChanged, lastSeq: t.lastSeq}, nil
 }
 
 // Release keeps what the transaction did since the savepoint.
@@ -48,6 +49,7 @@ func (s Savepoint) RollbackTo() error {
 	t.patches = t.patches[:s.patches]
 	t.dropEdges = s.dropEdges
 	t.alarmChanged = s.alarm
+	t.lastSeq = s.lastSeq
 	return nil
 }
 

@@ -167,6 +167,8 @@ func TestQuery(t *testing.T) {
 	publish(t, f, "o", `yyyyyyyyyy`, `zzzzzzzzzz`)   // 6 7
 	ann := func(p []byte) bool { return bytes.Contains(p, []byte(`"ann"`)) }
 	none := func([]byte) bool { return false }
+	capAt := func(c uint64) func() (uint64, bool) { return func() (uint64, bool) { return c, true } }
+	noCap := func() (uint64, bool) { return 0, false }
 	cases := []struct {
 		name string
 		q    store.Query
@@ -196,6 +198,12 @@ func TestQuery(t *testing.T) {
 		// no cap, and a stream read an event not yet shipped).
 		{"capped at nothing", store.Query{Capped: true, Cap: 0}, []uint64{}, nil},
 		{"latest after the last", store.Query{Latest: true, After: 7}, []uint64{}, nil},
+		// The output gate's cap, asked after the snapshot is taken.
+		{"cap after", store.Query{After: 2, CapAfter: capAt(5)}, []uint64{3, 4, 5}, nil},
+		{"no cap after", store.Query{After: 5, CapAfter: noCap}, []uint64{6, 7}, nil},
+		{"latest not durable yet", store.Query{Latest: true, CapAfter: capAt(5)}, []uint64{5}, nil},
+		{"latest under both caps", store.Query{Latest: true, Capped: true, Cap: 3, CapAfter: capAt(5)}, []uint64{3}, nil},
+		{"latest of topic under the cap", store.Query{Latest: true, Topic: "t", CapAfter: capAt(3)}, []uint64{2}, nil},
 	}
 	for _, c := range cases {
 		var inTx []abi.Event
