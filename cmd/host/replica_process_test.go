@@ -556,8 +556,16 @@ func TestPausedHomeIsFenced(t *testing.T) {
 	}
 	w := rc.write(4)
 	w.waitAcked(t, 40)
-	old := rc.servers[0]
-	w.down.Store(0, true)
+	// The room's home now: node 0 unless a loaded machine moved it
+	// already (once, in a full suite, the room answered 6 ms after node
+	// 0 was paused, and node 0, paused for 2 s only, was never fenced).
+	victim := rc.home("chat/room1", 1)
+	var health struct{ Node string }
+	if err := rc.cs[victim].Get(ctx, "/healthz", &health); err != nil {
+		t.Fatal(err)
+	}
+	old := rc.servers[victim]
+	w.down.Store(victim, true)
 	if err := old.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -565,14 +573,21 @@ func TestPausedHomeIsFenced(t *testing.T) {
 	// No bound on the takeover's time here (the kill test has one): what
 	// this test checks is that the paused home never commits again.
 	took := w.waitServed(t, paused, 3*pausedTTL)
-	t.Logf("paused node 0 at %d acknowledged posts; the room answered again after %v", w.acked.Load(), took.Round(time.Millisecond))
+	other := (victim + 1) % 3
+	hosttest.WaitFor(t, "the room's home moved off the paused node", 3*pausedTTL, func() bool {
+		var rep struct{ Home string }
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		return rc.cs[other].Replicas(rctx, "chat/room1", &rep) == nil && rep.Home != "" && rep.Home != health.Node
+	})
+	t.Logf("paused node %d at %d acknowledged posts; the room answered again after %v", victim, w.acked.Load(), took.Round(time.Millisecond))
 	time.Sleep(2 * time.Second) // the new home takes posts meanwhile
 	if err := old.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 	// Posts sent to the resumed node: refused, or forwarded to the new
 	// home; never committed in its stale file.
-	w.down.Delete(0)
+	w.down.Delete(victim)
 	w.waitAcked(t, w.acked.Load()+40)
 	w.halt(t)
 	history := rc.history(t, 1)
@@ -580,7 +595,7 @@ func TestPausedHomeIsFenced(t *testing.T) {
 
 	// The old home's file leaves its objects once it knows it was taken
 	// over: kept as its copy (every node keeps one here), never as a home.
-	homeFile := filepath.Join(rc.data[0], "objects", "chat", "room1.db")
+	homeFile := filepath.Join(rc.data[victim], "objects", "chat", "room1.db")
 	hosttest.WaitFor(t, "the old home's file retired", 30*time.Second, func() bool {
 		_, err := os.Stat(homeFile)
 		return errors.Is(err, os.ErrNotExist)
@@ -593,7 +608,7 @@ func TestPausedHomeIsFenced(t *testing.T) {
 	old.cmd.Process.Kill()
 	<-old.done
 	old.waited = true
-	files, _ := filepath.Glob(filepath.Join(rc.data[0], "*", "chat", "room1.db*"))
+	files, _ := filepath.Glob(filepath.Join(rc.data[victim], "*", "chat", "room1.db*"))
 	n := 0
 	for _, f := range files {
 		if strings.HasSuffix(f, "-wal") || strings.HasSuffix(f, "-shm") {
