@@ -143,3 +143,26 @@ func pctl(l []time.Duration, p float64) float64 {
 	}
 	return float64(l[min(len(l)-1, int(float64(len(l))*p))].Microseconds())
 }
+
+// BenchmarkGroupCommitOnly is the group commit side alone, under --sync
+// full: one object, 64 goroutines, 512 inc calls a round, for a profile
+// or a comparison of builds without the commit-per-call side's time.
+func BenchmarkGroupCommitOnly(b *testing.B) {
+	for _, guest := range []string{"counter-rust", "counter"} {
+		b.Run("guest="+guest, func(b *testing.B) {
+			n, _ := hosttest.Start(b, hosttest.Options{Programs: []string{guest}, Configure: func(c *host.Config) { c.Sync = store.SyncFull }})
+			id := host.ObjectID{Program: guest, ID: "group"}
+			for range 50 {
+				if _, err := n.Call(context.Background(), id, "inc", nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ResetTimer()
+			start := time.Now()
+			for range b.N {
+				callRound(b, n, id, 64, 512)
+			}
+			b.ReportMetric(float64(512*b.N)/time.Since(start).Seconds(), "calls/s")
+		})
+	}
+}

@@ -170,6 +170,11 @@ type Tx struct {
 	// lastSeq is the seq of the last event appended (0: none), as of
 	// the last savepoint rolled back to.
 	lastSeq uint64
+	// written holds the state keys this transaction wrote, with what it
+	// wrote (absent: deleted), so a read of one is answered without
+	// SQLite: in a batch of calls each reading the key the one before
+	// wrote, that is most reads. A savepoint rolled back to drops it.
+	written map[string]stateValue
 
 	// Edge cache upkeep: patches apply to File.edges on commit; a change
 	// the cache cannot follow drops it.
@@ -263,6 +268,9 @@ var bg = context.Background()
 
 // Get reads a state value.
 func (t *Tx) Get(key []byte) ([]byte, bool, error) {
+	if w, ok := t.written[string(key)]; ok {
+		return w.value, w.present, nil
+	}
 	var v []byte
 	err := t.f.get.QueryRowContext(bg, key).Scan(&v)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -284,6 +292,7 @@ func (t *Tx) Put(key, value []byte) error {
 	}
 	_, err := t.f.put.ExecContext(bg, key, value)
 	t.rec(opPut, key, value)
+	t.wrote(key, value, false, err)
 	return err
 }
 
@@ -291,7 +300,39 @@ func (t *Tx) Put(key, value []byte) error {
 func (t *Tx) Delete(key []byte) error {
 	_, err := t.f.del.ExecContext(bg, key)
 	t.rec(opDelete, key)
+	t.wrote(key, nil, true, err)
 	return err
+}
+
+// stateValue is a state key's value as a transaction wrote it.
+type stateValue struct {
+	value   []byte
+	present bool
+}
+
+// maxWritten bounds the keys a transaction remembers writing.
+const maxWritten = 256
+
+// wrote remembers what a write left under key: value (copied: the
+// caller's slice may be the guest's memory), or nothing when deleted. A
+// failed write forgets the key: SQLite answers for it.
+func (t *Tx) wrote(key, value []byte, deleted bool, err error) {
+	k := string(key)
+	if err != nil {
+		delete(t.written, k)
+		return
+	}
+	if t.written == nil {
+		t.written = map[string]stateValue{}
+	}
+	if _, ok := t.written[k]; !ok && len(t.written) >= maxWritten {
+		return
+	}
+	if deleted {
+		t.written[k] = stateValue{}
+		return
+	}
+	t.written[k] = stateValue{value: bytes.Clone(value), present: true}
 }
 
 // Scan returns up to limit pairs whose key starts with prefix, in key order.

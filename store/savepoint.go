@@ -50,6 +50,7 @@ func (s Savepoint) RollbackTo() error {
 	t.dropEdges = s.dropEdges
 	t.alarmChanged = s.alarm
 	t.lastSeq = s.lastSeq
+	t.written = nil // what it wrote since may be undone: SQLite answers
 	return nil
 }
 
