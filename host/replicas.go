@@ -529,7 +529,13 @@ func (r *replicas) start(ctx context.Context, js jetstream.JetStream) error {
 	if err != nil {
 		return fmt.Errorf("change stream consumer: %w", err)
 	}
-	r.cons, err = c.Consume(func(m jetstream.Msg) { r.receive(ctx, m) })
+	r.cons, err = c.Consume(func(m jetstream.Msg) { r.receive(ctx, m) },
+		// The ordered consumer recreates itself after these (a missed
+		// heartbeat, a server gone); said, so a copy that stops following
+		// its stream shows why.
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			r.logger.Warn("change stream consumer", slog.Any("err", err))
+		}))
 	return err
 }
 
