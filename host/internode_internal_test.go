@@ -256,7 +256,11 @@ func TestInternodeDeadlineReachesTheHome(t *testing.T) {
 		if s.left <= 0 || s.left > c.want {
 			t.Errorf("%s: the home's deadline was %v away, want at most %v", c.name, s.left, c.want)
 		}
-		if took := s.ended.Sub(start); took > c.want+time.Second {
+		// The home's context ends at its deadline (checked above), not
+		// after the handler's 20 s: the slack is the wake-up of a
+		// goroutine on a loaded machine under the race detector (1.9 s
+		// once for an 800 ms deadline in a full suite).
+		if took := s.ended.Sub(start); took > c.want+5*time.Second {
 			t.Errorf("%s: the home served %v, the caller waited %v", c.name, took, c.want)
 		}
 	}
