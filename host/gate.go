@@ -101,7 +101,7 @@ func (g *syncGate) cap() (uint64, bool) {
 // one: run on a goroutine of its own, or a round on its own first.
 func (g *syncGate) after(release func(error)) (start bool) {
 	g.mu.Lock()
-	if !g.dirty && !g.running {
+	if g.idleLocked() {
 		g.mu.Unlock()
 		release(nil)
 		return false
@@ -120,8 +120,10 @@ func (g *syncGate) after(release func(error)) (start bool) {
 func (g *syncGate) idle() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return !g.dirty && !g.running
+	return g.idleLocked()
 }
+
+func (g *syncGate) idleLocked() bool { return !g.dirty && !g.running }
 
 // flush waits until every commit made before it is durable.
 func (g *syncGate) flush() error {
@@ -138,17 +140,13 @@ func (g *syncGate) run() {
 	}
 }
 
-// round is one of the syncer's rounds: it takes what is pending, fsyncs
-// if a commit was made since the last fsync began, and releases what it
-// took. It reports whether more is pending (the syncer goes on: the caller
-// runs another round, or run); if not, the syncer has stopped.
+// round is one of the syncer's rounds: it takes what is pending (the
+// syncer starts, and goes on, only when something is), fsyncs if a commit
+// was made since the last fsync began, and releases what it took. It
+// reports whether more is pending (the syncer goes on: the caller runs
+// another round, or run); if not, the syncer has stopped.
 func (g *syncGate) round() bool {
 	g.mu.Lock()
-	if len(g.pending) == 0 {
-		g.running = false
-		g.mu.Unlock()
-		return false
-	}
 	take := g.pending
 	g.pending = nil
 	need := g.dirty && g.sync != nil
