@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/durable-host/host/host/internal/tenancy"
+	"github.com/durable-host/host/store"
 )
 
 // Group commit: the calls queued at an object while it runs a handler run
@@ -193,7 +194,11 @@ func (o *object) runQueued(self *pendingCall) {
 			return
 		default:
 		}
-		batch := o.take(max(o.env.maxBatch, 1))
+		size := max(o.env.maxBatch, 1)
+		if o.solo {
+			size = 1
+		}
+		batch := o.take(size)
 		if len(batch) == 0 {
 			return // self is behind the output gate
 		}
@@ -303,6 +308,21 @@ func (o *object) runGroup(batch []*pendingCall, start time.Time) []*pendingCall 
 	if err != nil {
 		return fail(batch, err)
 	}
+	// The batch's state writes and events wait in memory for its commit:
+	// a key the calls each write is written once, and a call that runs no
+	// other statement runs no SQL (store.Tx.Defer).
+	tx.Defer()
+	// full gives the batch back when it met the file's storage limit:
+	// SQLite may have rolled back the whole transaction then, and which
+	// call did not fit is known only running them one per transaction.
+	full := func() []*pendingCall {
+		tx.Rollback()
+		o.solo = true
+		for _, pc := range batch {
+			pc.reply, pc.err = nil, nil
+		}
+		return batch[:0]
+	}
 	committed := 0
 	for i, pc := range batch {
 		if i > 0 && (time.Since(start) >= o.env.batchTime || tx.Ops() >= maxBatchChanges || !o.batchable(pc.req.Method) || o.callsOut[batch[0].req.Method]) {
@@ -335,6 +355,9 @@ func (o *object) runGroup(batch []*pendingCall, start time.Time) []*pendingCall 
 			batch = batch[:i]
 			break
 		}
+		if store.IsFull(err) {
+			return full()
+		}
 		if err != nil {
 			pc.reply, pc.err = nil, o.storageErr(tu, err)
 			if rerr := sp.RollbackTo(); rerr != nil {
@@ -354,6 +377,13 @@ func (o *object) runGroup(batch []*pendingCall, start time.Time) []*pendingCall 
 	if committed == 0 {
 		tx.Rollback()
 		return batch
+	}
+	if err := tx.Flush(); err != nil {
+		if store.IsFull(err) {
+			return full()
+		}
+		tx.Rollback()
+		return fail(batch, err)
 	}
 	if err := o.commit(tx, tu); err != nil {
 		for _, pc := range batch {

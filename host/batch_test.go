@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -353,5 +355,69 @@ func TestGroupCommitCallingMethodRunsInABatchOfItsOwn(t *testing.T) {
 	}
 	if callTook := time.Since(released); took > callTook/2 {
 		t.Fatalf("the quick call was answered %v after the object was free, the calling one behind it %v: it waited for the callee", took, callTook)
+	}
+}
+
+// A batch's state writes and events wait in memory for its commit
+// (store.Tx.Defer), so a write that does not fit the object's storage
+// limit shows only at the commit. The batch then runs again writing
+// through: the posts that fit commit, those past the limit fail with the
+// storage limit's error, each its own, and the history holds exactly the
+// acknowledged posts, by identity. Without the rerun every post of the
+// batch would fail.
+func TestGroupCommitPastTheStorageLimitFailsOnlyThePostsThatDoNotFit(t *testing.T) {
+	t.Parallel()
+	n, op := authNode(t, nil)
+	tok := mkTenant(t, n, op, "full", `{"object_bytes":262144}`)
+	wantStatus(t, tenantUpload(t, n, tok, "chat", "chat-rust"), http.StatusCreated, "upload")
+	room := host.ObjectID{Program: "full.chat", ID: "r"} // the tenant's namespace
+	post := func(text string) response {
+		return as(t, n, tok, http.MethodPost, "/v1/objects/chat/r/post", []byte(`{"author":"a","text":"`+text+`"}`))
+	}
+	// Known as quick, so posts join batches.
+	wantStatus(t, post("first"), http.StatusOK, "the first post")
+
+	const k = 60 // 60 posts of 4 KB: about 240 KB, past the limit with the file's own pages
+	hold := host.HoldObjectBatching(t, n, room, time.Minute)
+	var once sync.Once
+	release := func() { once.Do(hold) }
+	defer release()
+	res := make([]response, k)
+	var wg sync.WaitGroup
+	for i := range k {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res[i] = post(fmt.Sprintf("%03d%s", i, strings.Repeat("x", 4000)))
+		}()
+	}
+	waitUntil(t, "the posts queued", 30*time.Second, func() bool { return host.QueuedCalls(n, room) == k })
+	release()
+	wg.Wait()
+
+	var acked []string
+	refused := 0
+	for i, r := range res {
+		switch r.status {
+		case http.StatusOK:
+			acked = append(acked, fmt.Sprintf("%03d", i))
+		case http.StatusRequestEntityTooLarge:
+			wantError(t, r, http.StatusRequestEntityTooLarge, "object storage limit")
+			refused++
+		default:
+			t.Fatalf("post %d: HTTP %d %s", i, r.status, r.body)
+		}
+	}
+	if len(acked) == 0 || refused == 0 {
+		t.Fatalf("%d posts acknowledged and %d refused, want some of each: the limit falls inside the batch", len(acked), refused)
+	}
+	h := as(t, n, tok, http.MethodPost, "/v1/objects/chat/r/history", []byte(`{"limit":1000}`))
+	var got []string
+	for _, m := range regexp.MustCompile(`"text":"(\d{3})x`).FindAllSubmatch(h.body, -1) {
+		got = append(got, string(m[1]))
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, acked) {
+		t.Fatalf("history has posts %v, want the acknowledged %v", got, acked)
 	}
 }

@@ -59,6 +59,11 @@ type object struct {
 	// callsOut holds the methods seen calling another object here
 	// (guarded by the object's lock): they run in batches of their own.
 	callsOut map[string]bool
+	// solo: a batch met the file's storage limit, so this object runs its
+	// calls one per transaction, where the call that does not fit is the
+	// one that fails, until its limit changes (guarded by the object's
+	// lock).
+	solo bool
 	// recorded counts the calls recorded with an idempotency key since
 	// activation (guarded by the object's lock), for pruning.
 	recorded int
@@ -434,6 +439,7 @@ func (o *object) capStorage(tu *tenancy.Use) error {
 		return err
 	}
 	o.capped, o.frozen = capped, frozen
+	o.solo = false
 	return nil
 }
 

@@ -36,13 +36,21 @@ func scanAlarm(row *sql.Row) (Alarm, bool, error) {
 }
 
 // Alarm reads the pending alarm in this transaction.
-func (t *Tx) Alarm() (Alarm, bool, error) { return scanAlarm(t.f.conn.QueryRowContext(bg, alarmRow)) }
+func (t *Tx) Alarm() (Alarm, bool, error) {
+	if err := t.direct(); err != nil {
+		return Alarm{}, false, err
+	}
+	return scanAlarm(t.f.conn.QueryRowContext(bg, alarmRow))
+}
 
 // Alarm reads the pending alarm as of the last commit.
 func (f *File) Alarm() (Alarm, bool, error) { return scanAlarm(f.conn.QueryRowContext(bg, alarmRow)) }
 
 // SetAlarm sets the pending alarm, replacing any other.
 func (t *Tx) SetAlarm(a Alarm) error {
+	if err := t.direct(); err != nil {
+		return err
+	}
 	t.alarmChanged = true
 	_, err := t.f.conn.ExecContext(bg, `INSERT INTO alarm (one, time, attempts, next) VALUES (1, ?, ?, ?)
 		ON CONFLICT (one) DO UPDATE SET time = excluded.time, attempts = excluded.attempts, next = excluded.next`,
@@ -56,6 +64,9 @@ func (t *Tx) SetAlarm(a Alarm) error {
 
 // DeleteAlarm removes the pending alarm, if any.
 func (t *Tx) DeleteAlarm() error {
+	if err := t.direct(); err != nil {
+		return err
+	}
 	t.alarmChanged = true
 	_, err := t.f.conn.ExecContext(bg, `DELETE FROM alarm WHERE one = 1`)
 	t.rec(opDeleteAlarm)

@@ -25,6 +25,9 @@ type CallRecord struct {
 
 // RecordedCall returns the record of key, as this transaction sees it.
 func (t *Tx) RecordedCall(key string) (CallRecord, bool, error) {
+	if err := t.direct(); err != nil {
+		return CallRecord{}, false, err
+	}
 	var r CallRecord
 	var at int64
 	err := t.f.conn.QueryRowContext(bg, `SELECT request, reply, at FROM calls WHERE key = ?`, key).Scan(&r.Request, &r.Reply, &at)
@@ -41,6 +44,9 @@ func (t *Tx) RecordedCall(key string) (CallRecord, bool, error) {
 // RecordCall records key with its request hash and reply, replacing an
 // older record of the key (one pruned by age but not yet deleted).
 func (t *Tx) RecordCall(key string, r CallRecord) error {
+	if err := t.direct(); err != nil {
+		return err
+	}
 	if r.Reply == nil {
 		r.Reply = []byte{}
 	}
@@ -60,6 +66,9 @@ func (t *Tx) RecordCall(key string, r CallRecord) error {
 // time. The same rows give the same result, so a copy applies it as the
 // home ran it.
 func (t *Tx) PruneCalls(before time.Time, keep int) (int64, error) {
+	if err := t.direct(); err != nil {
+		return 0, err
+	}
 	t.rec(opPruneCalls, before.UnixNano(), keep)
 	res, err := t.f.conn.ExecContext(bg, `DELETE FROM calls WHERE at < ?`, before.UnixNano())
 	if err != nil {

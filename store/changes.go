@@ -118,6 +118,9 @@ func ReadPosition(ctx context.Context, path string) (Position, error) {
 // SetPosition records the file's position in this transaction (a copy,
 // after Apply).
 func (t *Tx) SetPosition(p Position) error {
+	if err := t.direct(); err != nil {
+		return err
+	}
 	_, err := t.f.conn.ExecContext(bg, `INSERT INTO replication (one, applied, seq, sum) VALUES (1, ?, ?, ?)
 		ON CONFLICT (one) DO UPDATE SET applied = excluded.applied, seq = excluded.seq, sum = excluded.sum`,
 		int64(p.Applied), int64(p.Seq), int64(p.Sum))
@@ -219,6 +222,9 @@ func (d *decoder) str() string { return string(d.bytes()) }
 // is written once; only an append and an added edge take the seq and id
 // the home recorded instead of computing them.
 func (t *Tx) Apply(changes []byte) error {
+	if err := t.direct(); err != nil {
+		return err
+	}
 	t.applying = true
 	defer func() { t.applying = false }()
 	t.dropEdges = true

@@ -84,6 +84,9 @@ func scanEdge(row interface{ Scan(...any) error }) (Edge, error) {
 }
 
 func (t *Tx) queryEdges(q string, args ...any) ([]Edge, error) {
+	if err := t.direct(); err != nil {
+		return nil, err
+	}
 	rows, err := t.f.conn.QueryContext(bg, q, args...)
 	if err != nil {
 		return nil, err
@@ -104,6 +107,9 @@ func (t *Tx) queryEdges(q string, args ...any) ([]Edge, error) {
 // nothing already published is replayed down it. Following again (same kind,
 // follower and topic) updates the node and filter and keeps the cursor.
 func (t *Tx) AddEdge(kind abi.FollowerKind, follower, node, topic, filter string, now time.Time) (Edge, error) {
+	if err := t.direct(); err != nil {
+		return Edge{}, err
+	}
 	head, err := t.Head()
 	if err != nil {
 		return Edge{}, err
@@ -126,6 +132,9 @@ func (t *Tx) AddEdge(kind abi.FollowerKind, follower, node, topic, filter string
 
 // RemoveEdge removes one edge; it reports whether it existed.
 func (t *Tx) RemoveEdge(kind abi.FollowerKind, follower, topic string) (bool, error) {
+	if err := t.direct(); err != nil {
+		return false, err
+	}
 	t.dropEdges = true
 	res, err := t.f.conn.ExecContext(bg, `DELETE FROM edges WHERE kind = ? AND follower = ? AND topic = ?`, int(kind), follower, topic)
 	if err != nil {
@@ -138,6 +147,9 @@ func (t *Tx) RemoveEdge(kind abi.FollowerKind, follower, topic string) (bool, er
 
 // RemoveEdgeID removes the edge with id; it reports whether it existed.
 func (t *Tx) RemoveEdgeID(id int64) (bool, error) {
+	if err := t.direct(); err != nil {
+		return false, err
+	}
 	t.dropEdges = true
 	res, err := t.f.conn.ExecContext(bg, `DELETE FROM edges WHERE id = ?`, id)
 	if err != nil {
@@ -150,6 +162,9 @@ func (t *Tx) RemoveEdgeID(id int64) (bool, error) {
 
 // RemoveFollower removes every edge a follower holds on this publisher.
 func (t *Tx) RemoveFollower(kind abi.FollowerKind, follower string) (int, error) {
+	if err := t.direct(); err != nil {
+		return 0, err
+	}
 	t.dropEdges = true
 	res, err := t.f.conn.ExecContext(bg, `DELETE FROM edges WHERE kind = ? AND follower = ?`, int(kind), follower)
 	if err != nil {
@@ -217,6 +232,9 @@ func (t *Tx) EdgesGeneration() uint64 { return t.f.edgesGen }
 // One row instead of one per connection: at 5,000 sockets the per-row
 // update was a fifth of a publish round's CPU.
 func (t *Tx) AdvanceConnections(seq uint64) error {
+	if err := t.direct(); err != nil {
+		return err
+	}
 	if _, err := t.f.floorPut.ExecContext(bg, int64(seq)); err != nil {
 		return fmt.Errorf("advance connection edges: %w", err)
 	}
@@ -233,6 +251,9 @@ func (t *Tx) AdvanceConnections(seq uint64) error {
 
 // connFloor returns the seq every connection edge has done.
 func (t *Tx) connFloor() (uint64, error) {
+	if err := t.direct(); err != nil {
+		return 0, err
+	}
 	var floor int64
 	if err := t.f.floorGet.QueryRowContext(bg).Scan(&floor); err != nil {
 		return 0, fmt.Errorf("connection floor: %w", err)
@@ -257,6 +278,9 @@ func (t *Tx) withFloor(es []Edge) error {
 // DueNow makes the unplaced object edges of follower due at once (it is
 // served again) and reports how many there were.
 func (t *Tx) DueNow(follower string) (int, error) {
+	if err := t.direct(); err != nil {
+		return 0, err
+	}
 	res, err := t.f.conn.ExecContext(bg, `UPDATE edges SET next_due = 0 WHERE kind = ? AND follower = ? AND unplaced > 0`, int(abi.FollowerObject), follower)
 	if err != nil {
 		return 0, fmt.Errorf("edges of %s due: %w", follower, err)
@@ -279,6 +303,9 @@ func (t *Tx) DueNow(follower string) (int, error) {
 // attempts and unplaced are its failure and not-located streaks; a
 // non-empty node rehomes the follower.
 func (t *Tx) AdvanceEdge(id int64, cursor uint64, attempts, unplaced int, nextDue time.Time, node string) error {
+	if err := t.direct(); err != nil {
+		return err
+	}
 	var due int64
 	if !nextDue.IsZero() {
 		due = nextDue.UnixNano()

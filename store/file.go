@@ -39,6 +39,7 @@ type File struct {
 	conn *sql.Conn
 
 	get, put, del, scan, appendLog, head *sql.Stmt
+	appendAt                             *sql.Stmt
 	cursorGet, cursorPut                 *sql.Stmt
 	advance, floorGet, floorPut          *sql.Stmt
 	savepoint, release, rollbackTo       *sql.Stmt
@@ -113,6 +114,7 @@ func (f *File) init(ctx context.Context) error {
 	prep(&f.del, `DELETE FROM state WHERE key = ?`)
 	prep(&f.scan, `SELECT key, value FROM state WHERE key >= ? ORDER BY key LIMIT ?`)
 	prep(&f.appendLog, `INSERT INTO log (topic, payload, time) VALUES (?, ?, ?)`)
+	prep(&f.appendAt, `INSERT INTO log (seq, topic, payload, time) VALUES (?, ?, ?, ?)`)
 	prep(&f.head, `SELECT COALESCE(MAX(seq), 0) FROM log`)
 	prep(&f.cursorGet, `SELECT seq FROM cursors WHERE publisher = ? AND topic = ?`)
 	prep(&f.cursorPut, `INSERT INTO cursors (publisher, topic, seq) VALUES (?, ?, ?) ON CONFLICT (publisher, topic) DO UPDATE SET seq = excluded.seq`)
@@ -135,7 +137,7 @@ func (f *File) Path() string { return f.path }
 func (f *File) Close() error {
 	// Statements prepared on the connection keep it (and its three file
 	// descriptors) open until they are closed.
-	for _, st := range []*sql.Stmt{f.get, f.put, f.del, f.scan, f.appendLog, f.head, f.cursorGet, f.cursorPut, f.advance, f.floorGet, f.floorPut, f.savepoint, f.release, f.rollbackTo} {
+	for _, st := range []*sql.Stmt{f.get, f.put, f.del, f.scan, f.appendLog, f.appendAt, f.head, f.cursorGet, f.cursorPut, f.advance, f.floorGet, f.floorPut, f.savepoint, f.release, f.rollbackTo} {
 		if st != nil {
 			st.Close()
 		}
@@ -173,8 +175,25 @@ type Tx struct {
 	// written holds the state keys this transaction wrote, with what it
 	// wrote (absent: deleted), so a read of one is answered without
 	// SQLite: in a batch of calls each reading the key the one before
-	// wrote, that is most reads. A savepoint rolled back to drops it.
+	// wrote, that is most reads. Writing through, a savepoint rolled back
+	// to drops it; deferring (Defer), it also holds the writes not yet in
+	// SQLite (dirty counts them), and a savepoint rolled back to puts it
+	// back as it was through undo.
 	written map[string]stateValue
+	dirty   int
+
+	// Deferred writes (deferred.go): deferring is set by Defer; appends
+	// are the events held, the first flushedAppends of them in SQLite;
+	// nextSeq is the seq the next event takes (0: not read yet);
+	// heldBytes bounds what is held; sp is the savepoint marked, undo how
+	// to put back what changed in memory since.
+	deferring      bool
+	appends        []deferredAppend
+	flushedAppends int
+	nextSeq        uint64
+	heldBytes      int
+	sp             *deferredMark
+	undo           []undoRec
 
 	// Edge cache upkeep: patches apply to File.edges on commit; a change
 	// the cache cannot follow drops it.
@@ -208,6 +227,11 @@ func (t *Tx) Commit() error {
 		return errors.New("transaction already finished")
 	}
 	t.done = true
+	if err := t.flush(); err != nil {
+		t.f.conn.ExecContext(context.Background(), "ROLLBACK")
+		t.f.edges = nil
+		return fmt.Errorf("commit: %w", err)
+	}
 	shipped := false
 	if t.f.ship != nil && len(t.ops) > 0 {
 		pos, err := t.f.ship(t.ops, t.f.pos)
@@ -290,6 +314,13 @@ func (t *Tx) Put(key, value []byte) error {
 	if value == nil {
 		value = []byte{}
 	}
+	if t.deferWrite(key, value, false) {
+		t.rec(opPut, key, value)
+		return t.overHeld()
+	}
+	if err := t.direct(); err != nil {
+		return err
+	}
 	_, err := t.f.put.ExecContext(bg, key, value)
 	t.rec(opPut, key, value)
 	t.wrote(key, value, false, err)
@@ -298,6 +329,13 @@ func (t *Tx) Put(key, value []byte) error {
 
 // Delete removes a state value.
 func (t *Tx) Delete(key []byte) error {
+	if t.deferWrite(key, nil, true) {
+		t.rec(opDelete, key)
+		return t.overHeld()
+	}
+	if err := t.direct(); err != nil {
+		return err
+	}
 	_, err := t.f.del.ExecContext(bg, key)
 	t.rec(opDelete, key)
 	t.wrote(key, nil, true, err)
@@ -308,6 +346,8 @@ func (t *Tx) Delete(key []byte) error {
 type stateValue struct {
 	value   []byte
 	present bool
+	// dirty: held by a deferring transaction, not yet in SQLite.
+	dirty bool
 }
 
 // maxWritten bounds the keys a transaction remembers writing.
@@ -319,24 +359,24 @@ const maxWritten = 256
 func (t *Tx) wrote(key, value []byte, deleted bool, err error) {
 	k := string(key)
 	if err != nil {
-		delete(t.written, k)
+		t.dropEntry(k)
 		return
-	}
-	if t.written == nil {
-		t.written = map[string]stateValue{}
 	}
 	if _, ok := t.written[k]; !ok && len(t.written) >= maxWritten {
 		return
 	}
 	if deleted {
-		t.written[k] = stateValue{}
+		t.setEntry(k, stateValue{})
 		return
 	}
-	t.written[k] = stateValue{value: bytes.Clone(value), present: true}
+	t.setEntry(k, stateValue{value: bytes.Clone(value), present: true})
 }
 
 // Scan returns up to limit pairs whose key starts with prefix, in key order.
 func (t *Tx) Scan(prefix []byte, limit int) ([]abi.Pair, error) {
+	if err := t.direct(); err != nil {
+		return nil, err
+	}
 	rows, err := t.f.scan.QueryContext(bg, append([]byte{}, prefix...), limit)
 	if err != nil {
 		return nil, err
@@ -361,6 +401,18 @@ func (t *Tx) Append(topic string, payload []byte, at time.Time) (uint64, error) 
 	if payload == nil {
 		payload = []byte{}
 	}
+	if seq, ok, err := t.deferAppend(topic, payload, at); ok {
+		if err != nil {
+			return 0, err
+		}
+		t.published++
+		t.lastSeq = seq
+		t.rec(opAppend, seq, topic, payload, at.UnixNano())
+		return seq, t.overHeld()
+	}
+	if err := t.direct(); err != nil {
+		return 0, err
+	}
 	res, err := t.f.appendLog.ExecContext(bg, topic, payload, at.UnixNano())
 	if err != nil {
 		return 0, err
@@ -376,7 +428,12 @@ func (t *Tx) Append(topic string, payload []byte, at time.Time) (uint64, error) 
 }
 
 // Head returns the log's last seq (0 when empty).
-func (t *Tx) Head() (uint64, error) { return t.f.Head() }
+func (t *Tx) Head() (uint64, error) {
+	if err := t.direct(); err != nil {
+		return 0, err
+	}
+	return t.f.Head()
+}
 
 // Head returns the log's last seq (0 when empty).
 func (f *File) Head() (uint64, error) {
@@ -388,6 +445,9 @@ func (f *File) Head() (uint64, error) {
 // Cursor returns the receive cursor for (publisher, topic): the last seq
 // whose handler committed here.
 func (t *Tx) Cursor(publisher, topic string) (uint64, error) {
+	if err := t.direct(); err != nil {
+		return 0, err
+	}
 	var s int64
 	err := t.f.cursorGet.QueryRowContext(bg, publisher, topic).Scan(&s)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -398,6 +458,9 @@ func (t *Tx) Cursor(publisher, topic string) (uint64, error) {
 
 // SetCursor advances the receive cursor inside this transaction.
 func (t *Tx) SetCursor(publisher, topic string, seq uint64) error {
+	if err := t.direct(); err != nil {
+		return err
+	}
 	_, err := t.f.cursorPut.ExecContext(bg, publisher, topic, int64(seq))
 	t.rec(opSetCursor, publisher, topic, seq)
 	return err

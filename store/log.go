@@ -53,7 +53,12 @@ var ErrNoLog = errors.New("events not in this copy of the log")
 
 // Read returns the events q selects, from this transaction's view of the
 // log.
-func (t *Tx) Read(q Query) ([]abi.Event, error) { return readLog(bg, t.f.conn, q) }
+func (t *Tx) Read(q Query) ([]abi.Event, error) {
+	if err := t.direct(); err != nil {
+		return nil, err
+	}
+	return readLog(bg, t.f.conn, q)
+}
 
 // Read returns the events q selects from the object file at path, through
 // a read-only connection of its own that sees committed transactions only:

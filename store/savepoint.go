@@ -15,18 +15,37 @@ type Savepoint struct {
 	dropEdges bool
 	alarm     bool
 	lastSeq   uint64
+	// held: the transaction defers (deferred.go), and this is its mark.
+	held *deferredMark
 }
 
 // Savepoint marks the transaction as it is now.
 func (t *Tx) Savepoint() (Savepoint, error) {
+	s := Savepoint{t: t, ops: len(t.ops), published: t.published, patches: len(t.patches), dropEdges: t.dropEdges, alarm: t.alarmChanged, lastSeq: t.lastSeq}
+	if t.deferring {
+		// Marked in memory; opened in SQLite by the first statement
+		// that runs inside it (direct).
+		t.sp = &deferredMark{appends: len(t.appends), flushedAppends: t.flushedAppends, nextSeq: t.nextSeq}
+		t.undo = t.undo[:0]
+		s.held = t.sp
+		return s, nil
+	}
 	if _, err := t.f.savepoint.ExecContext(bg); err != nil {
 		return Savepoint{}, fmt.Errorf("savepoint: %w", err)
 	}
-	return Savepoint{t: t, ops: len(t.ops), published: t.published, patches: len(t.patches), dropEdges: t.dropEdges, alarm: t.alarmChanged, lastSeq: t.lastSeq}, nil
+	return s, nil
 }
 
 // Release keeps what the transaction did since the savepoint.
 func (s Savepoint) Release() error {
+	if m := s.held; m != nil {
+		t := s.t
+		t.sp = nil
+		t.undo = t.undo[:0]
+		if !m.open {
+			return nil
+		}
+	}
 	if _, err := s.t.f.release.ExecContext(bg); err != nil {
 		return fmt.Errorf("release savepoint: %w", err)
 	}
@@ -38,11 +57,13 @@ func (s Savepoint) Release() error {
 // it, the error says so and the whole transaction must be rolled back.
 func (s Savepoint) RollbackTo() error {
 	t := s.t
-	if _, err := t.f.rollbackTo.ExecContext(bg); err != nil {
-		return fmt.Errorf("roll back to savepoint: %w", err)
-	}
-	if _, err := t.f.release.ExecContext(bg); err != nil {
-		return fmt.Errorf("release savepoint: %w", err)
+	if m := s.held; m == nil || m.open {
+		if _, err := t.f.rollbackTo.ExecContext(bg); err != nil {
+			return fmt.Errorf("roll back to savepoint: %w", err)
+		}
+		if _, err := t.f.release.ExecContext(bg); err != nil {
+			return fmt.Errorf("release savepoint: %w", err)
+		}
 	}
 	t.ops = t.ops[:s.ops]
 	t.published = s.published
@@ -50,6 +71,13 @@ func (s Savepoint) RollbackTo() error {
 	t.dropEdges = s.dropEdges
 	t.alarmChanged = s.alarm
 	t.lastSeq = s.lastSeq
+	if m := s.held; m != nil {
+		// What it held and changed in memory since is put back as it
+		// was; SQLite undid its own part above.
+		t.rollBackHeld(m)
+		t.sp = nil
+		return nil
+	}
 	t.written = nil // what it wrote since may be undone: SQLite answers
 	return nil
 }
