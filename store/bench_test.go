@@ -13,11 +13,14 @@ import (
 
 // BenchmarkGroupTx is one call's writes (a state put and a log append,
 // what counter inc does) inside a transaction of 64 such calls, with and
-// without a savepoint around each: the savepoint's own cost in a group
-// commit, against the same transaction without it.
+// without a savepoint around each (the savepoint's own cost in a group
+// commit, against the same transaction without it), and with savepoints
+// in a transaction that defers its writes to its commit (Defer), as a
+// batch of calls does.
 func BenchmarkGroupTx(b *testing.B) {
-	for _, savepoints := range []bool{false, true} {
-		b.Run(fmt.Sprintf("savepoints=%v", savepoints), func(b *testing.B) {
+	for _, c := range []struct{ savepoints, deferred bool }{{false, false}, {true, false}, {true, true}} {
+		savepoints := c.savepoints
+		b.Run(fmt.Sprintf("savepoints=%v/deferred=%v", savepoints, c.deferred), func(b *testing.B) {
 			f, err := store.Open(context.Background(), filepath.Join(b.TempDir(), "o.db"), store.SyncNormal)
 			if err != nil {
 				b.Fatal(err)
@@ -36,6 +39,9 @@ func BenchmarkGroupTx(b *testing.B) {
 					}
 					if tx, err = f.Begin(); err != nil {
 						b.Fatal(err)
+					}
+					if c.deferred {
+						tx.Defer()
 					}
 				}
 				var sp store.Savepoint

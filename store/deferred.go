@@ -31,6 +31,8 @@ const (
 	maxDeferredBytes = 1 << 20
 	// maxDeferredAppends: past this many events held, the same.
 	maxDeferredAppends = 1024
+	// appendRows is how many held events one INSERT statement writes.
+	appendRows = 16
 )
 
 // deferredAppend is an event appended and not yet in SQLite.
@@ -110,12 +112,25 @@ func (t *Tx) flush() error {
 			t.setEntry(k, clean)
 		}
 	}
+	// Events go appendRows to a statement while that many are left: one
+	// statement's own cost (binding, running, resetting it) is a good
+	// part of a small event's.
+	var args [4 * appendRows]any
+	for len(t.appends)-t.flushedAppends >= appendRows {
+		for i, a := range t.appends[t.flushedAppends : t.flushedAppends+appendRows] {
+			args[4*i], args[4*i+1], args[4*i+2], args[4*i+3] = int64(a.seq), a.topic, a.payload, a.at
+		}
+		if _, err := t.f.appendAt16.ExecContext(bg, args[:]...); err != nil {
+			return err
+		}
+		t.flushedAppends += appendRows // a rollback puts back its mark's count
+	}
 	for i := t.flushedAppends; i < len(t.appends); i++ {
 		a := t.appends[i]
 		if _, err := t.f.appendAt.ExecContext(bg, int64(a.seq), a.topic, a.payload, a.at); err != nil {
 			return err
 		}
-		t.flushedAppends = i + 1 // a rollback puts back its mark's count
+		t.flushedAppends = i + 1
 	}
 	t.heldBytes = 0
 	return nil

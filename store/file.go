@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"modernc.org/sqlite" // registers the "sqlite" driver
@@ -39,7 +40,7 @@ type File struct {
 	conn *sql.Conn
 
 	get, put, del, scan, appendLog, head *sql.Stmt
-	appendAt                             *sql.Stmt
+	appendAt, appendAt16                 *sql.Stmt
 	cursorGet, cursorPut                 *sql.Stmt
 	advance, floorGet, floorPut          *sql.Stmt
 	savepoint, release, rollbackTo       *sql.Stmt
@@ -115,6 +116,7 @@ func (f *File) init(ctx context.Context) error {
 	prep(&f.scan, `SELECT key, value FROM state WHERE key >= ? ORDER BY key LIMIT ?`)
 	prep(&f.appendLog, `INSERT INTO log (topic, payload, time) VALUES (?, ?, ?)`)
 	prep(&f.appendAt, `INSERT INTO log (seq, topic, payload, time) VALUES (?, ?, ?, ?)`)
+	prep(&f.appendAt16, `INSERT INTO log (seq, topic, payload, time) VALUES `+strings.Repeat(`(?, ?, ?, ?), `, appendRows-1)+`(?, ?, ?, ?)`)
 	prep(&f.head, `SELECT COALESCE(MAX(seq), 0) FROM log`)
 	prep(&f.cursorGet, `SELECT seq FROM cursors WHERE publisher = ? AND topic = ?`)
 	prep(&f.cursorPut, `INSERT INTO cursors (publisher, topic, seq) VALUES (?, ?, ?) ON CONFLICT (publisher, topic) DO UPDATE SET seq = excluded.seq`)
@@ -137,7 +139,7 @@ func (f *File) Path() string { return f.path }
 func (f *File) Close() error {
 	// Statements prepared on the connection keep it (and its three file
 	// descriptors) open until they are closed.
-	for _, st := range []*sql.Stmt{f.get, f.put, f.del, f.scan, f.appendLog, f.appendAt, f.head, f.cursorGet, f.cursorPut, f.advance, f.floorGet, f.floorPut, f.savepoint, f.release, f.rollbackTo} {
+	for _, st := range []*sql.Stmt{f.get, f.put, f.del, f.scan, f.appendLog, f.appendAt, f.appendAt16, f.head, f.cursorGet, f.cursorPut, f.advance, f.floorGet, f.floorPut, f.savepoint, f.release, f.rollbackTo} {
 		if st != nil {
 			st.Close()
 		}
