@@ -38,6 +38,13 @@ func TestDeferredTxIsTheSameTransaction(t *testing.T) {
 			through.CaptureAll(true)
 			deferred.CaptureAll(true)
 			r := rand.New(rand.NewPCG(seed, 99))
+			// Half the seeds run no statement that makes the held writes
+			// go to SQLite before the commit (scans, log reads), so the
+			// commit has many events to write at once.
+			kinds := 8
+			if seed%2 == 0 {
+				kinds = 6
+			}
 			at := time.Unix(1_700_000_000, 0)
 			for txn := 0; txn < 4; txn++ {
 				a, err := through.Begin()
@@ -49,7 +56,7 @@ func TestDeferredTxIsTheSameTransaction(t *testing.T) {
 					t.Fatal(err)
 				}
 				b.Defer()
-				for call := 0; call < 12; call++ {
+				for call := 0; call < 24; call++ {
 					sa, err := a.Savepoint()
 					if err != nil {
 						t.Fatal(err)
@@ -59,7 +66,7 @@ func TestDeferredTxIsTheSameTransaction(t *testing.T) {
 						t.Fatal(err)
 					}
 					for op := r.IntN(8); op > 0; op-- {
-						step(t, r, a, b, at)
+						step(t, r, a, b, at, kinds)
 					}
 					if r.IntN(3) == 0 {
 						err, errB := sa.RollbackTo(), sb.RollbackTo()
@@ -93,10 +100,10 @@ func TestDeferredTxIsTheSameTransaction(t *testing.T) {
 
 // step runs one random operation on both transactions and checks they
 // answer alike.
-func step(t *testing.T, r *rand.Rand, a, b *store.Tx, at time.Time) {
+func step(t *testing.T, r *rand.Rand, a, b *store.Tx, at time.Time, kinds int) {
 	t.Helper()
 	key := []byte{'k', byte('0' + r.IntN(5))}
-	switch r.IntN(8) {
+	switch r.IntN(kinds) {
 	case 0, 1:
 		v := fmt.Appendf(nil, "v%d", r.IntN(1000))
 		if r.IntN(10) == 0 {
