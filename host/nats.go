@@ -52,6 +52,14 @@ func hostPort(s string) (string, int, error) {
 	return h, port, err
 }
 
+// A route to a peer is closed once routePingsOut pings sent every
+// routePing went unanswered: 8-10 s, under the default lease TTL (15 s),
+// so a paused node's routes are gone before its objects are taken over.
+const (
+	routePing     = 2 * time.Second
+	routePingsOut = 4
+)
+
 func startNATS(cfg NATSConfig, storeDir string, log *slog.Logger) (*natsConn, error) {
 	if cfg.URL != "" {
 		nc, err := nats.Connect(cfg.URL, nats.Name("host"), nats.MaxReconnects(-1))
@@ -93,6 +101,14 @@ func startNATS(cfg NATSConfig, storeDir string, log *slog.Logger) (*natsConn, er
 		}
 		opts.Cluster.Name = cmp.Or(cfg.ClusterName, "host")
 		opts.Cluster.Host, opts.Cluster.Port = h, p
+		// A peer that stops answering (a frozen process keeps its sockets
+		// open) has its routes closed after routePingsOut pings: until
+		// then its subscriptions stay in this server's interest, and
+		// requests sent to them (a KV read any replica may answer, a
+		// call) wait for nothing. NATS's default, up to 30 s a ping and 2
+		// out, held a paused node's routes for a minute and more, well
+		// past its lease.
+		opts.Cluster.PingInterval, opts.Cluster.MaxPingsOut = routePing, routePingsOut
 		opts.ServerName = "host-" + net.JoinHostPort(h, strconv.Itoa(p))
 		for _, r := range cfg.Routes {
 			u, err := url.Parse(r)

@@ -9,7 +9,10 @@
 //
 // A File is the object's own read-write connection, used by one goroutine
 // at a time through a Tx. Every read of a log, in a transaction or from
-// another process's copy through Read, is one Query.
+// another process's copy through Read, is one Query. A Tx can defer its
+// state writes and appends to its commit (Defer: a batch of calls that
+// write one key writes it once), and answers reads of what it wrote
+// without SQLite; what it commits is what it would writing through.
 //
 // It does not deliver, route or decide anything: the pump, slicing,
 // filters' syntax, the wire format and streams are in delivery; where

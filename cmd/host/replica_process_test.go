@@ -572,11 +572,11 @@ func TestPausedHomeIsFenced(t *testing.T) {
 	paused := time.Now()
 	// No bound on the takeover's time here (the kill test has one): what
 	// this test checks is that the paused home never commits again. The
-	// wait only keeps a broken run from hanging: in a full suite the
-	// successor claimed the room 22 s after the pause and posts still
-	// timed out for 40 s more (a frozen NATS server's routes stay open;
-	// see the note in bench/README.md, Chaos soak), past the 60 s this
-	// wait once had.
+	// wait only keeps a broken run from hanging. (In a full suite the
+	// successor once claimed the room 22 s after the pause and posts
+	// still timed out for 40 s more: the frozen NATS server's routes
+	// stayed open. They now close after 8-10 s of silence,
+	// TestRoutesToAFrozenPeerCloseBeforeItsLeaseRunsOut.)
 	took := w.waitServed(t, paused, 5*pausedTTL)
 	other := (victim + 1) % 3
 	hosttest.WaitFor(t, "the room's home moved off the paused node", 3*pausedTTL, func() bool {
