@@ -113,15 +113,20 @@ func (n *Node) newReplicas(ctx context.Context, js jetstream.JetStream, streamRe
 	if err != nil {
 		return nil, err
 	}
-	n.metrics.replicaCounters(log.Stats)
-	return &replicas{
+	r := &replicas{
 		log: log, self: n.id, copies: copies, dir: filepath.Join(n.cfg.DataDir, "replicas"), snapEvery: n.cfg.SnapshotEvery,
 		cl: n.cluster, fenced: n.fenced, homePath: n.objectPath, logger: n.log,
 		async: n.cfg.ReplicaAck == ReplicaAsync, ctx: n.bgContext,
 		// The registry is made once the buckets are open, after this.
 		active: func(id ObjectID) bool { return n.objects.isActive(id) },
 		open:   map[ObjectID]*store.File{},
-	}, nil
+		// As many copies open as active objects: a node that keeps a
+		// copy of half the cluster's objects (one with no homes, after a
+		// rejoin) applies to all of them.
+		maxOpen: n.cfg.MaxActiveObjects,
+	}
+	n.metrics.replicaCounters(log.Stats, r.opens.Load)
+	return r, nil
 }
 
 // fenced drops an object this node can no longer write (another node took

@@ -674,3 +674,58 @@ func TestIdleObjectTakenOverGetsItsCopiesBack(t *testing.T) {
 		return true
 	})
 }
+
+// A node applies each change set to a copy it keeps open: one that keeps
+// copies of more objects than the 64 files it once kept open, all of them
+// written, opens each copy once rather than again at most change sets.
+// The consumer applies the whole change stream on one goroutine, and an
+// open plus an evicted file's close cost several times the apply: in the
+// chaos soak (32 clients), a node that rejoined with no homes kept copies
+// of half the objects (about 110), spent half its time reopening them,
+// and stayed 5-18 s behind the stream for good, its copies 15-45 change
+// sets behind ("did not heal").
+func TestCopiesAppliedToStayOpenUpToTheObjectBound(t *testing.T) {
+	t.Parallel()
+	const objects, rounds = 80, 3 // over the old bound of 64
+	nodes, _ := hosttest.Cluster(t, 3, hosttest.Options{Programs: clusterPrograms, Configure: func(c *host.Config) {
+		c.Replicas, c.MaxActiveObjects = 2, 100
+	}})
+	ctx := context.Background()
+	a := &hclient.Client{Base: nodes[0].URL()}
+	room := func(i int) string { return fmt.Sprintf("chat/r%03d", i) }
+	// Round by round, so that every copy is written between two writes
+	// of another: the order that evicts most under a bound too small.
+	for r := range rounds {
+		for i := range objects {
+			dcall(t, a, room(i), "post", fmt.Sprintf(`{"author":"a%d","text":"x"}`, r))
+		}
+	}
+	var short string
+	defer func() {
+		if t.Failed() && short != "" {
+			t.Logf("the last one not current: %s", short)
+		}
+	}()
+	waitUntil(t, "every object's two copies at its home's position", 60*time.Second, func() bool {
+		for i := range objects {
+			var rep host.ReplicaReport
+			if err := a.Replicas(ctx, room(i), &rep); err != nil {
+				short = err.Error()
+				return false
+			}
+			if len(rep.Copies) != 3 || rep.Copies[1].Position != rep.Copies[0].Position || rep.Copies[2].Position != rep.Copies[0].Position {
+				short = fmt.Sprintf("%s: %+v", room(i), rep.Copies)
+				return false
+			}
+		}
+		short = ""
+		return true
+	})
+	// Each node keeps a copy of every object it is not the home of.
+	for k, n := range nodes {
+		c := &hclient.Client{Base: n.URL()}
+		if opens := metric(t, c, "host_replica_copy_opens_total"); opens > objects {
+			t.Errorf("node %d opened copy files %.0f times for at most %d copies, %d posts each: want each opened once", k, opens, objects, rounds)
+		}
+	}
+}

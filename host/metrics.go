@@ -115,8 +115,9 @@ func newMetrics() *metrics {
 	return m
 }
 
-// replicaCounters exposes what replication shipped and applied.
-func (m *metrics) replicaCounters(stats func() replica.Stats) {
+// replicaCounters exposes what replication shipped and applied, and how
+// many times a copy file was opened (copyOpens).
+func (m *metrics) replicaCounters(stats func() replica.Stats, copyOpens func() int64) {
 	m.reg.MustRegister(
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "host_replica_change_sets_total", Help: "Change sets this node shipped to the replicated change stream (takeover marks included)."},
 			func() float64 { return float64(stats().Shipped) }),
@@ -130,6 +131,8 @@ func (m *metrics) replicaCounters(stats func() replica.Stats) {
 			func() float64 { return float64(stats().Snapshots) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "host_replica_restores_total", Help: "Files this node restored from a snapshot (a copy, a taken-over home or a shipped read behind a purge)."},
 			func() float64 { return float64(stats().Restores) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "host_replica_copy_opens_total", Help: "Copy files this node opened to apply change sets; growing with every change set means more copies are written than the node keeps open (max active objects)."},
+			func() float64 { return float64(copyOpens()) }),
 	)
 }
 

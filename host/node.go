@@ -54,6 +54,7 @@ type Config struct {
 	Sync store.Sync
 	// MaxActiveObjects bounds the objects with an open file and an
 	// instance; the least recently used idle one is deactivated past it.
+	// It also bounds the copy files kept open to apply change sets to.
 	MaxActiveObjects int
 	// IdleTimeout deactivates an object unused this long.
 	IdleTimeout time.Duration

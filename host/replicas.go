@@ -33,8 +33,6 @@ const (
 	// shipTimeout bounds one change set's publish: a call waits at most
 	// this long for its output gate.
 	shipTimeout = 10 * time.Second
-	// maxOpenCopies bounds the copy files kept open to apply changes.
-	maxOpenCopies = 64
 	// DefaultSnapshotEvery is how many change sets a home ships between
 	// snapshots of an object's file.
 	DefaultSnapshotEvery = 10000
@@ -74,15 +72,19 @@ type replicas struct {
 	snapEvery int
 	snaps     sync.Map
 
-	// mu guards open, the copy files kept open (a handful: each change
-	// set applied reopens an evicted one); it is held for no I/O. The
+	// mu guards open, the copy files kept open, at most maxOpen of them
+	// (the node's bound on active objects); it is held for no I/O. The
 	// consumer applies one change set at a time; copyMu serialises that
 	// with a takeover adopting the copy (held across the stream reads of
-	// a catch-up, which are bounded by opTimeout each).
-	mu     sync.Mutex
-	open   map[ObjectID]*store.File
-	copyMu sync.Mutex
-	cons   jetstream.ConsumeContext
+	// a catch-up, which are bounded by opTimeout each). opens counts the
+	// copy files opened (host_replica_copy_opens_total): one opened again
+	// and again means more copies are written than the bound holds.
+	mu      sync.Mutex
+	open    map[ObjectID]*store.File
+	maxOpen int
+	opens   atomic.Int64
+	copyMu  sync.Mutex
+	cons    jetstream.ConsumeContext
 
 	// homeAt is, for each object this node opened as home, the stream
 	// sequence its file was at then (ObjectID → uint64): a change set
@@ -688,11 +690,18 @@ func (r *replicas) ensure(ctx context.Context, id ObjectID) error {
 
 // copyFile returns the open copy of id, opening it (and closing another
 // past the bound). Called with copyMu held.
+//
+// The bound must hold the copies being written: the consumer applies
+// every change set on one goroutine, and a copy evicted and opened again
+// costs an open and the evicted file's close (which checkpoints its WAL),
+// several times the apply itself. With 64, a node keeping 100 copies of
+// objects written all the time spent half its time reopening files and
+// fell seconds behind the stream for good under load.
 func (r *replicas) copyFile(ctx context.Context, id ObjectID) (*store.File, error) {
 	r.mu.Lock()
 	f := r.open[id]
 	var evict *store.File
-	if f == nil && len(r.open) >= maxOpenCopies {
+	if f == nil && len(r.open) >= max(r.maxOpen, 1) {
 		for k, g := range r.open {
 			evict = g
 			delete(r.open, k)
@@ -713,6 +722,7 @@ func (r *replicas) copyFile(ctx context.Context, id ObjectID) (*store.File, erro
 	if err != nil {
 		return nil, err
 	}
+	r.opens.Add(1)
 	r.mu.Lock()
 	r.open[id] = f
 	r.mu.Unlock()
