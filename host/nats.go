@@ -99,6 +99,9 @@ func startNATS(cfg NATSConfig, storeDir string, log *slog.Logger) (*natsConn, er
 		if err != nil {
 			return nil, fmt.Errorf("nats cluster %q: %w", cfg.Cluster, err)
 		}
+		if p == 0 {
+			p = server.RANDOM_PORT
+		}
 		opts.Cluster.Name = cmp.Or(cfg.ClusterName, "host")
 		opts.Cluster.Host, opts.Cluster.Port = h, p
 		// A peer that stops answering (a frozen process keeps its sockets

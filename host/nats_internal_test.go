@@ -25,14 +25,20 @@ func TestRoutesToAFrozenPeerCloseBeforeItsLeaseRunsOut(t *testing.T) {
 	t.Parallel()
 	log := slog.New(slog.DiscardHandler)
 	name := "frozen-" + t.Name()
-	// b's route goes nowhere: a clustered JetStream needs one configured.
-	b, err := startNATS(NATSConfig{Cluster: freeAddr(t), ClusterName: name, Routes: []string{"nats://" + freeAddr(t)}}, t.TempDir(), log)
+	// b's route goes to a socket that never answers: a clustered
+	// JetStream needs one configured.
+	mute, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mute.Close()
+	b, err := startNATS(NATSConfig{Cluster: "127.0.0.1:0", ClusterName: name, Routes: []string{"nats://" + mute.Addr().String()}}, t.TempDir(), log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.close()
 	p := startFreezer(t, b.srv.ClusterAddr().String())
-	a, err := startNATS(NATSConfig{Cluster: freeAddr(t), ClusterName: name, Routes: []string{"nats://" + p.addr}}, t.TempDir(), log)
+	a, err := startNATS(NATSConfig{Cluster: "127.0.0.1:0", ClusterName: name, Routes: []string{"nats://" + p.addr}}, t.TempDir(), log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,17 +121,6 @@ func (f *freezer) pipe(dst, src net.Conn) {
 }
 
 func (f *freezer) freeze() { f.frozen.Store(true) }
-
-// freeAddr is a loopback address no one listens on now.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
 
 // waitFor polls cond until it holds, failing the test when timeout
 // passes first.

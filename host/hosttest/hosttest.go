@@ -19,9 +19,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -242,15 +244,40 @@ func clusterName() string {
 }
 
 // FreeAddr returns a loopback address nobody listens on right now.
+//
+// The port is below the kernel's ephemeral range (32768 and up on Linux),
+// and never one this process gave out before: a port the kernel chose for
+// a listener on port 0 and got back went to the next outgoing connection
+// or port-0 listener of any test, and a node started on it a moment later
+// failed with "address already in use" (once in a full suite).
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	freeMu.Lock()
+	defer freeMu.Unlock()
+	for range 1000 {
+		port := freeLow + rand.IntN(freeHigh-freeLow)
+		if freeGiven[port] {
+			continue
+		}
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			continue // in use: another process's
+		}
+		ln.Close()
+		freeGiven[port] = true
+		return ln.Addr().String()
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	t.Fatal("no free loopback port below the ephemeral range")
+	return ""
 }
+
+// FreeAddr's ports: [freeLow, freeHigh), each given out once.
+const freeLow, freeHigh = 20000, 32768
+
+var (
+	freeMu    sync.Mutex
+	freeGiven = map[int]bool{}
+)
 
 // WaitFor polls cond until it holds, failing the test when timeout passes
 // first.
