@@ -31,6 +31,10 @@ const (
 	maxDeferredBytes = 1 << 20
 	// maxDeferredAppends: past this many events held, the same.
 	maxDeferredAppends = 1024
+	// maxCachedValue: a value over this many bytes is not kept once
+	// SQLite has it (with at most maxWritten keys kept, what a
+	// transaction keeps stays near 1 MB however large its values).
+	maxCachedValue = 4 << 10
 	// appendRows is how many held events one INSERT statement writes.
 	appendRows = 16
 )
@@ -106,6 +110,10 @@ func (t *Tx) flush() error {
 			}
 			if err != nil {
 				return err
+			}
+			if len(e.value) > maxCachedValue {
+				t.dropEntry(k) // SQLite answers for it now
+				continue
 			}
 			clean := e
 			clean.dirty = false

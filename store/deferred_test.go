@@ -106,8 +106,11 @@ func step(t *testing.T, r *rand.Rand, a, b *store.Tx, at time.Time, kinds int) {
 	switch r.IntN(kinds) {
 	case 0, 1:
 		v := fmt.Appendf(nil, "v%d", r.IntN(1000))
-		if r.IntN(10) == 0 {
+		switch r.IntN(10) {
+		case 0:
 			v = nil
+		case 1: // over what a transaction keeps once SQLite has it
+			v = append(v, bytes.Repeat([]byte{'x'}, 5000)...)
 		}
 		same(t, "put", a.Put(key, v), b.Put(key, v))
 	case 2:

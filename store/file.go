@@ -357,10 +357,15 @@ const maxWritten = 256
 
 // wrote remembers what a write left under key: value (copied: the
 // caller's slice may be the guest's memory), or nothing when deleted. A
-// failed write forgets the key: SQLite answers for it.
+// failed write, or one of a value over maxCachedValue, forgets the key:
+// SQLite answers for it.
 func (t *Tx) wrote(key, value []byte, deleted bool, err error) {
 	k := string(key)
 	if err != nil {
+		t.dropEntry(k)
+		return
+	}
+	if len(value) > maxCachedValue {
 		t.dropEntry(k)
 		return
 	}

@@ -35,3 +35,43 @@ func TestReadOnlyOpenerCannotWrite(t *testing.T) {
 		t.Fatalf("read: %d %v", n, err)
 	}
 }
+
+// What a transaction keeps in memory of its writes stays bounded however
+// large and many they are: held writes are handed to SQLite past
+// maxDeferredBytes, and a large value is not kept once SQLite has it. A
+// hostile call writing 1 MB values under many keys (or a batch of such
+// calls) does not hold hundreds of megabytes until its commit.
+func TestTxKeepsBoundedMemory(t *testing.T) {
+	f, err := Open(context.Background(), filepath.Join(t.TempDir(), "o.db"), SyncNormal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, deferred := range []bool{false, true} {
+		tx, err := f.Begin()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if deferred {
+			tx.Defer()
+		}
+		value := make([]byte, 64<<10)
+		most := 0
+		for i := range 300 {
+			if err := tx.Put([]byte{byte(i >> 8), byte(i)}, value); err != nil {
+				t.Fatal(err)
+			}
+			kept := 0
+			for _, e := range tx.written {
+				kept += len(e.value)
+			}
+			most = max(most, kept)
+		}
+		if limit := maxDeferredBytes + len(value) + maxWritten*maxCachedValue; most > limit {
+			t.Errorf("deferred=%v: kept %d bytes of values at most, want at most %d", deferred, most, limit)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
