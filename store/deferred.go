@@ -20,10 +20,11 @@ import (
 // What a deferred transaction commits is what it would have committed
 // writing through: the change set it records for copies is the same,
 // operation by operation, and each event keeps the seq the call was told.
-// The one difference is when a write meets a full file: at the commit,
-// not at the call's Put. The caller that defers must run the calls again
-// writing through when a commit fails with IsFull (the batch of calls in
-// the host does), so the call that filled the file is the one that fails.
+// The one difference is when a write meets a full file: at the commit
+// (Flush), not at the call's Put, and SQLite may then have rolled back the
+// whole transaction. A caller that defers runs the calls again, one to a
+// transaction, when that happens (the host's batches do), so the call that
+// filled the file is the one that fails.
 
 const (
 	// maxDeferredBytes: past this many bytes of values and payloads held,
@@ -60,13 +61,10 @@ type undoRec struct {
 // the first write.
 func (t *Tx) Defer() { t.deferring = true }
 
-// Deferring reports whether Defer was called on the transaction.
-func (t *Tx) Deferring() bool { return t.deferring }
-
 // Flush hands SQLite every write the transaction holds (Commit does it
 // first too): a caller that defers calls it before committing to learn
 // whether the writes fit the file (IsFull) while it can still run the
-// calls again writing through.
+// calls again, one to a transaction.
 func (t *Tx) Flush() error {
 	if t.done {
 		return errors.New("transaction already finished")
@@ -140,8 +138,21 @@ func (t *Tx) flush() error {
 		}
 		t.flushedAppends = i + 1
 	}
+	if t.sp == nil {
+		t.forgetFlushed()
+	}
 	t.heldBytes = 0
 	return nil
+}
+
+// forgetFlushed lets go of the events SQLite has, when no savepoint is
+// marked (a rollback to one puts back events it held before the mark and
+// wrote after it, so they are kept while it is).
+func (t *Tx) forgetFlushed() {
+	n := copy(t.appends, t.appends[t.flushedAppends:])
+	clear(t.appends[n:])
+	t.appends = t.appends[:n]
+	t.flushedAppends = 0
 }
 
 // setEntry sets key's entry in written, noting under a savepoint how to

@@ -4,6 +4,7 @@ import (
 	"context"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 // Each version has its step: Version is raised with a migration.
@@ -73,5 +74,52 @@ func TestTxKeepsBoundedMemory(t *testing.T) {
 		if err := tx.Commit(); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// The same for events: a deferring transaction lets go of the events
+// SQLite has once no savepoint needs them, so a batch of calls each
+// publishing megabytes does not hold them all until its commit.
+func TestDeferredTxLetsGoOfWrittenEvents(t *testing.T) {
+	f, err := Open(context.Background(), filepath.Join(t.TempDir(), "o.db"), SyncNormal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tx, err := f.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	tx.Defer()
+	payload := make([]byte, 256<<10)
+	most := 0
+	for range 40 { // 40 calls of 4 events of 256 KB: 40 MB in all
+		sp, err := tx.Savepoint()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 4 {
+			if _, err := tx.Append("t", payload, time.Now()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := sp.Release(); err != nil {
+			t.Fatal(err)
+		}
+		kept := 0
+		for _, a := range tx.appends {
+			kept += len(a.payload)
+		}
+		most = max(most, kept)
+	}
+	if limit := maxDeferredBytes + 4*len(payload); most > limit {
+		t.Errorf("kept %d bytes of events at most, want at most %d", most, limit)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if head, err := f.Head(); err != nil || head != 160 {
+		t.Fatalf("head %d (%v) after 160 events", head, err)
 	}
 }

@@ -25,6 +25,7 @@ func (t *Tx) Savepoint() (Savepoint, error) {
 	if t.deferring {
 		// Marked in memory; opened in SQLite by the first statement
 		// that runs inside it (direct).
+		t.forgetFlushed()
 		t.sp = &deferredMark{appends: len(t.appends), flushedAppends: t.flushedAppends, nextSeq: t.nextSeq}
 		t.undo = t.undo[:0]
 		s.held = t.sp
