@@ -249,13 +249,17 @@ func clusterName() string {
 // and never one this process gave out before: a port the kernel chose for
 // a listener on port 0 and got back went to the next outgoing connection
 // or port-0 listener of any test, and a node started on it a moment later
-// failed with "address already in use" (once in a full suite).
+// failed with "address already in use" (once in a full suite). Each test
+// process (go test runs packages in parallel) draws from a slice of the
+// range of its own, by its pid, so two rarely draw the same port.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
 	freeMu.Lock()
 	defer freeMu.Unlock()
+	width := (freeHigh - freeLow) / freeSlices
+	low := freeLow + os.Getpid()%freeSlices*width
 	for range 1000 {
-		port := freeLow + rand.IntN(freeHigh-freeLow)
+		port := low + rand.IntN(width)
 		if freeGiven[port] {
 			continue
 		}
@@ -271,8 +275,9 @@ func FreeAddr(t testing.TB) string {
 	return ""
 }
 
-// FreeAddr's ports: [freeLow, freeHigh), each given out once.
-const freeLow, freeHigh = 20000, 32768
+// FreeAddr's ports: [freeLow, freeHigh) in freeSlices slices, each port
+// given out once.
+const freeLow, freeHigh, freeSlices = 20000, 32768, 8
 
 var (
 	freeMu    sync.Mutex
