@@ -597,8 +597,12 @@ func TestIdleObjectGetsItsCopyBackWhenACopyNodeLeaves(t *testing.T) {
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	gone.Shutdown(sctx)
 	cancel()
-	// No call: the room is idle.
-	waitUntil(t, "a new copy on another node at the home's position", 30*time.Second, func() bool {
+	// No call: the room is idle. Alone this takes about 0.1 s; in a full
+	// suite it once took over 30 s: the new copy's first reads can find
+	// the streams without a leader (the node that left led some), each
+	// failing after opTimeout (5 s), and the retries come after 0.5, 1,
+	// 2, 4, 8 and 16 s.
+	waitUntil(t, "a new copy on another node at the home's position", 90*time.Second, func() bool {
 		rep = host.ReplicaReport{}
 		if err := a.Replicas(ctx, "chat/room1", &rep); err != nil || len(rep.Copies) != 2 {
 			return false
