@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -97,8 +98,15 @@ type Cluster struct {
 }
 
 // freePorts reserves n distinct loopback ports (held open together, then
-// released).
+// released). They are below the kernel's ephemeral range (32768 and up on
+// Linux): a port the kernel chose for a port-0 listener is the next it
+// hands to an outgoing connection once released, and a node killed and
+// restarted on its port (the chaos soak) could find it taken. The range
+// is sliced by pid, so parallel processes rarely draw the same port.
 func freePorts(n int) ([]int, error) {
+	const low, high, slices = 20000, 32768, 8
+	width := (high - low) / slices
+	base := low + os.Getpid()%slices*width
 	ls := make([]net.Listener, 0, n)
 	defer func() {
 		for _, l := range ls {
@@ -106,13 +114,17 @@ func freePorts(n int) ([]int, error) {
 		}
 	}()
 	ports := make([]int, 0, n)
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for tries := 0; len(ports) < n; tries++ {
+		if tries > 100*n {
+			return nil, fmt.Errorf("no %d free loopback ports in %d-%d", n, base, base+width-1)
+		}
+		port := base + rand.IntN(width)
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 		if err != nil {
-			return nil, err
+			continue // in use
 		}
 		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		ports = append(ports, port)
 	}
 	return ports, nil
 }
