@@ -159,7 +159,7 @@ func (t *Tx) forgetFlushed() {
 // put back the one before, and keeps the count of entries not in SQLite.
 func (t *Tx) setEntry(k string, e stateValue) {
 	old, had := t.written[k]
-	if t.deferring && t.sp != nil {
+	if t.sp != nil {
 		t.undo = append(t.undo, undoRec{key: k, old: old, had: had})
 	}
 	if had && old.dirty {
@@ -181,7 +181,7 @@ func (t *Tx) dropEntry(k string) {
 	if !had {
 		return
 	}
-	if t.deferring && t.sp != nil {
+	if t.sp != nil {
 		t.undo = append(t.undo, undoRec{key: k, old: old, had: had})
 	}
 	if old.dirty {
@@ -202,10 +202,7 @@ func (t *Tx) deferWrite(key, value []byte, deleted bool) bool {
 	}
 	e := stateValue{dirty: true}
 	if !deleted {
-		e.value, e.present = bytes.Clone(value), true
-		if e.value == nil {
-			e.value = []byte{}
-		}
+		e.value, e.present = bytes.Clone(value), true // Put makes nil empty
 	}
 	t.setEntry(k, e)
 	t.heldBytes += len(key) + len(value)

@@ -107,10 +107,7 @@ func (t *Tx) queryEdges(q string, args ...any) ([]Edge, error) {
 // nothing already published is replayed down it. Following again (same kind,
 // follower and topic) updates the node and filter and keeps the cursor.
 func (t *Tx) AddEdge(kind abi.FollowerKind, follower, node, topic, filter string, now time.Time) (Edge, error) {
-	if err := t.direct(); err != nil {
-		return Edge{}, err
-	}
-	head, err := t.Head()
+	head, err := t.Head() // first: it writes what the transaction holds (direct)
 	if err != nil {
 		return Edge{}, err
 	}
@@ -249,11 +246,9 @@ func (t *Tx) AdvanceConnections(seq uint64) error {
 	return nil
 }
 
-// connFloor returns the seq every connection edge has done.
+// connFloor returns the seq every connection edge has done. Its callers
+// read the edges first, which wrote what the transaction holds.
 func (t *Tx) connFloor() (uint64, error) {
-	if err := t.direct(); err != nil {
-		return 0, err
-	}
 	var floor int64
 	if err := t.f.floorGet.QueryRowContext(bg).Scan(&floor); err != nil {
 		return 0, fmt.Errorf("connection floor: %w", err)

@@ -195,6 +195,7 @@ type Tx struct {
 	nextSeq        uint64
 	heldBytes      int
 	sp             *deferredMark
+	mark           deferredMark // what sp points at: one savepoint at a time
 	undo           []undoRec
 
 	// Edge cache upkeep: patches apply to File.edges on commit; a change
@@ -361,11 +362,7 @@ const maxWritten = 256
 // SQLite answers for it.
 func (t *Tx) wrote(key, value []byte, deleted bool, err error) {
 	k := string(key)
-	if err != nil {
-		t.dropEntry(k)
-		return
-	}
-	if len(value) > maxCachedValue {
+	if err != nil || len(value) > maxCachedValue {
 		t.dropEntry(k)
 		return
 	}

@@ -26,7 +26,8 @@ func (t *Tx) Savepoint() (Savepoint, error) {
 		// Marked in memory; opened in SQLite by the first statement
 		// that runs inside it (direct).
 		t.forgetFlushed()
-		t.sp = &deferredMark{appends: len(t.appends), flushedAppends: t.flushedAppends, nextSeq: t.nextSeq}
+		t.mark = deferredMark{appends: len(t.appends), flushedAppends: t.flushedAppends, nextSeq: t.nextSeq}
+		t.sp = &t.mark
 		t.undo = t.undo[:0]
 		s.held = t.sp
 		return s, nil
