@@ -99,7 +99,7 @@ func nodeFlags() []cli.Flag {
 		&cli.StringFlag{Name: "listen", Value: d.Listen, EnvVars: []string{"HOST_LISTEN"}, Usage: "HTTP `HOST:PORT`"},
 		&cli.StringFlag{Name: "nats-url", EnvVars: []string{"HOST_NATS_URL"}, Usage: "use an existing NATS cluster at `URL` instead of the embedded server"},
 		&cli.StringFlag{Name: "nats-listen", EnvVars: []string{"HOST_NATS_LISTEN"}, Usage: "embedded NATS client `HOST:PORT` (default: in process, no port)"},
-		&cli.StringFlag{Name: "nats-cluster", EnvVars: []string{"HOST_NATS_CLUSTER"}, Usage: "embedded NATS route `HOST:PORT` of this node, to cluster with peers"},
+		&cli.StringFlag{Name: "nats-cluster", EnvVars: []string{"HOST_NATS_CLUSTER"}, Usage: "embedded NATS route `HOST:PORT` of this node, to cluster with peers (port 0: any free port); a peer silent for 8-10 s has its routes closed"},
 		&cli.StringFlag{Name: "nats-cluster-name", Value: "host", EnvVars: []string{"HOST_NATS_CLUSTER_NAME"}, Usage: "embedded NATS cluster `NAME`; every peer uses the same, and routes from another name are refused"},
 		&cli.StringSliceFlag{Name: "nats-routes", EnvVars: []string{"HOST_NATS_ROUTES"}, Usage: "peers' route `URLS`, nats://HOST:PORT, comma separated"},
 		&cli.DurationFlag{Name: "budget", Value: d.VM.Budget, EnvVars: []string{"HOST_BUDGET"}, Usage: "wall-clock budget of one handler call"},
