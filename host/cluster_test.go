@@ -574,6 +574,45 @@ func TestCopyMadeAfterAPurgeRestoresTheSnapshot(t *testing.T) {
 	}
 }
 
+// A read through the shipped replica (the read path's last tier)
+// restores the newest snapshot and catches up on the stream after it. A
+// snapshot the home takes in between purges the change sets the restored
+// one needs: the read restores the newer snapshot and reads in full,
+// rather than failing with ErrBehindSnapshot (seen once in a full suite).
+func TestShippedReadOutrunBySnapshotRestoresTheNewer(t *testing.T) {
+	t.Parallel()
+	nodes, _ := hosttest.Cluster(t, 3, hosttest.Options{Programs: clusterPrograms, Configure: func(c *host.Config) {
+		c.Replicas, c.SnapshotEvery = 1, 10
+	}})
+	a := &hclient.Client{Base: nodes[0].URL()}
+	for i := range 25 {
+		dcall(t, a, "chat/room1", "post", fmt.Sprintf(`{"author":"a%d","text":"x"}`, i)) // home on node 0
+	}
+	waitUntil(t, "two snapshots stored", 20*time.Second, func() bool { return metric(t, a, "host_replica_snapshots_total") >= 2 })
+	once := false
+	host.AfterShippedRestore(nodes[0], func() {
+		if once {
+			return
+		}
+		once = true
+		before := metric(t, a, "host_replica_snapshots_total")
+		for i := range 10 {
+			dcall(t, a, "chat/room1", "post", fmt.Sprintf(`{"author":"b%d","text":"x"}`, i))
+		}
+		waitUntil(t, "a snapshot after the restore", 20*time.Second, func() bool { return metric(t, a, "host_replica_snapshots_total") > before })
+	})
+	evs, err := host.ReadShipped(context.Background(), nodes[0], host.ObjectID{Program: "chat", ID: "room1"}, 0, 35)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !once {
+		t.Fatal("the read restored no snapshot: the test checked nothing")
+	}
+	if len(evs) != 35 || !strings.Contains(string(evs[0].Payload), `"a0"`) || !strings.Contains(string(evs[34].Payload), `"b9"`) {
+		t.Fatalf("the shipped read gave %d events, want all 35 from a0 to b9", len(evs))
+	}
+}
+
 // An idle object keeps its number of copies when a copy's node leaves:
 // its home asks the node that keeps the copy from then on to make it at
 // once, not at the object's next write.

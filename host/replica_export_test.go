@@ -15,6 +15,10 @@ func ReadShipped(ctx context.Context, n *Node, id ObjectID, after, through uint6
 	return n.replicas.readShipped(ctx, id, store.Query{After: after, Through: through})
 }
 
+// AfterShippedRestore runs f in n's shipped reads, between the snapshot's
+// restore and the catch-up after it.
+func AfterShippedRestore(n *Node, f func()) { n.replicas.afterRestore = f }
+
 // FailHomeOpens makes the next k openings of an object's file as its home
 // on n fail, as they do while its change stream has no leader.
 func FailHomeOpens(n *Node, k int) { n.replicas.failOpens.Store(int32(k)) }

@@ -92,6 +92,9 @@ type replicas struct {
 	// from before (the old home's, read late) means nothing.
 	homeAt sync.Map
 
+	// afterRestore, when set (tests), runs in readShipped between the
+	// snapshot's restore and the catch-up after it.
+	afterRestore func()
 	// failOpens is how many of the next openHome calls fail before doing
 	// anything: set by tests only, to stand for a stream without a leader.
 	failOpens atomic.Int32
@@ -841,10 +844,30 @@ func (r *replicas) readShipped(ctx context.Context, id ObjectID, q store.Query) 
 		return nil, err
 	}
 	defer os.RemoveAll(tmp)
-	// From the snapshot, if the stream was purged after one.
-	path := filepath.Join(tmp, "o.db")
+	for attempt := 1; ; attempt++ {
+		evs, err := r.readShippedInto(ctx, id, q, filepath.Join(tmp, fmt.Sprintf("o%d.db", attempt)))
+		// The home took a newer snapshot and purged the change sets the
+		// one restored needed, between the restore and the catch-up:
+		// the newer one has them.
+		if errors.Is(err, replica.ErrBehindSnapshot) && attempt < shippedReadAttempts {
+			continue
+		}
+		return evs, err
+	}
+}
+
+// shippedReadAttempts bounds readShipped's restores: each is beaten only
+// by a snapshot taken while it ran.
+const shippedReadAttempts = 3
+
+// readShippedInto is one attempt of readShipped, in a scratch file at
+// path: the snapshot if the stream was purged after one, then the stream.
+func (r *replicas) readShippedInto(ctx context.Context, id ObjectID, q store.Query, path string) ([]abi.Event, error) {
 	if _, _, err := r.log.Restore(ctx, subjectOf(id), path); err != nil {
 		return nil, err
+	}
+	if r.afterRestore != nil {
+		r.afterRestore()
 	}
 	f, err := store.Open(ctx, path, store.SyncNormal)
 	if err != nil {
