@@ -431,91 +431,102 @@ func (r *wreader) code() error {
 	return err
 }
 
-// growsTable reports whether a function body holds table.grow. It decodes
-// the instructions of WebAssembly 2.0 (the features the engine enables) to
-// find opcode boundaries; an opcode it does not know is refused, since the
-// walk cannot see past it and wazero would refuse it anyway.
+// growsTable reports whether a function body holds table.grow.
 func growsTable(code []byte) (bool, error) {
 	r := &wreader{b: code}
 	for r.more() {
-		op := r.byte()
-		switch {
-		case op <= 0x01, op == 0x05, op == 0x0b, op == 0x0f, op == 0x1a, op == 0x1b,
-			op == 0xd1, op >= 0x45 && op <= 0xc4:
-			// No immediates.
-		case op >= 0x02 && op <= 0x04: // block, loop, if: a block type
-			r.leb(5)
-		case op == 0x0c, op == 0x0d, op == 0x10, op >= 0x20 && op <= 0x26, op == 0xd2:
-			r.u32()
-		case op == 0x0e: // br_table
-			n := r.u32()
-			if uint64(n) > uint64(r.left()) {
-				return false, boundsErr("br_table of %d labels in %d bytes", n, r.left())
-			}
-			for i := uint32(0); i <= n && r.err == nil; i++ {
-				r.u32()
-			}
-		case op == 0x11: // call_indirect
-			r.u32()
-			r.u32()
-		case op == 0x1c: // select with types
-			n := r.u32()
-			r.skip(uint64(n))
-		case op >= 0x28 && op <= 0x3e: // loads and stores
-			r.u32()
-			r.u32()
-		case op == 0x3f, op == 0x40:
-			r.byte()
-		case op == 0x41:
-			r.leb(5)
-		case op == 0x42:
-			r.leb(10)
-		case op == 0x43:
-			r.skip(4)
-		case op == 0x44:
-			r.skip(8)
-		case op == 0xd0: // ref.null
-			r.leb(5)
-		case op == 0xfc:
-			switch sub := r.u32(); {
-			case sub <= 7:
-			case sub == 8: // memory.init
-				r.u32()
-				r.byte()
-			case sub == 9, sub == 13, sub == 16, sub == 17:
-				r.u32()
-			case sub == 10, sub == 12, sub == 14:
-				r.u32()
-				r.u32()
-			case sub == 11:
-				r.byte()
-			case sub == 15:
-				return true, nil
-			default:
-				return false, boundsErr("unknown instruction 0xfc %d", sub)
-			}
-		case op == 0xfd:
-			switch sub := r.u32(); {
-			case sub <= 11, sub == 92, sub == 93: // memory access
-				r.u32()
-				r.u32()
-			case sub == 12, sub == 13: // v128.const, i8x16.shuffle
-				r.skip(16)
-			case sub >= 21 && sub <= 34: // lanes
-				r.byte()
-			case sub >= 84 && sub <= 91: // lane loads and stores
-				r.u32()
-				r.u32()
-				r.byte()
-			}
-		default:
-			return false, boundsErr("unknown instruction 0x%02x", op)
+		op, sub, err := r.instr()
+		if err != nil {
+			return false, err
+		}
+		if op == 0xfc && sub == 15 {
+			return true, nil
 		}
 	}
-	if r.err != nil {
-		return false, boundsErr("a function body ends inside an instruction")
-	}
 	return false, nil
+}
+
+// instr reads one instruction with its immediates and returns its opcode
+// and, for the prefixed ones (0xfc, 0xfd), its sub-opcode. It decodes the
+// instructions of WebAssembly 2.0 (the features the engine enables) to find
+// opcode boundaries; an opcode it does not know is refused, since the walk
+// cannot see past it and wazero would refuse it anyway.
+func (r *wreader) instr() (op byte, sub uint32, err error) {
+	op = r.byte()
+	switch {
+	case op <= 0x01, op == 0x05, op == 0x0b, op == 0x0f, op == 0x1a, op == 0x1b,
+		op == 0xd1, op >= 0x45 && op <= 0xc4:
+		// No immediates.
+	case op >= 0x02 && op <= 0x04: // block, loop, if: a block type
+		r.leb(5)
+	case op == 0x0c, op == 0x0d, op == 0x10, op >= 0x20 && op <= 0x26, op == 0xd2:
+		r.u32()
+	case op == 0x0e: // br_table
+		n := r.u32()
+		if uint64(n) > uint64(r.left()) {
+			return op, 0, boundsErr("br_table of %d labels in %d bytes", n, r.left())
+		}
+		for i := uint32(0); i <= n && r.err == nil; i++ {
+			r.u32()
+		}
+	case op == 0x11: // call_indirect
+		r.u32()
+		r.u32()
+	case op == 0x1c: // select with types
+		n := r.u32()
+		r.skip(uint64(n))
+	case op >= 0x28 && op <= 0x3e: // loads and stores
+		r.u32()
+		r.u32()
+	case op == 0x3f, op == 0x40:
+		r.byte()
+	case op == 0x41:
+		r.leb(5)
+	case op == 0x42:
+		r.leb(10)
+	case op == 0x43:
+		r.skip(4)
+	case op == 0x44:
+		r.skip(8)
+	case op == 0xd0: // ref.null
+		r.leb(5)
+	case op == 0xfc:
+		switch sub = r.u32(); {
+		case sub <= 7:
+		case sub == 8: // memory.init
+			r.u32()
+			r.byte()
+		case sub == 9, sub == 13, sub == 15, sub == 16, sub == 17:
+			r.u32()
+		case sub == 10, sub == 12, sub == 14:
+			r.u32()
+			r.u32()
+		case sub == 11:
+			r.byte()
+		default:
+			return op, sub, boundsErr("unknown instruction 0xfc %d", sub)
+		}
+	case op == 0xfd:
+		switch sub = r.u32(); {
+		case sub <= 11, sub == 92, sub == 93: // memory access
+			r.u32()
+			r.u32()
+		case sub == 12, sub == 13: // v128.const, i8x16.shuffle
+			r.skip(16)
+		case sub >= 21 && sub <= 34: // lanes
+			r.byte()
+		case sub >= 84 && sub <= 91: // lane loads and stores
+			r.u32()
+			r.u32()
+			r.byte()
+		}
+	default:
+		return op, 0, boundsErr("unknown instruction 0x%02x", op)
+	}
+	if r.err != nil {
+		return op, sub, boundsErr("a function body ends inside an instruction")
+	}
+	return op, sub, nil
 }
 
 func (r *wreader) data() error {

@@ -79,6 +79,9 @@ type Instance struct {
 	// when idle; the watchdog reads it and sets expired before cancelling.
 	deadline atomic.Int64
 	expired  atomic.Bool
+	// stop is the guest's stop flag (meter.go), set by the watchdog when
+	// the budget ends. Written once under Engine.mu, before any call.
+	stop api.MutableGlobal
 }
 
 // Module returns the module this instance runs.
@@ -89,11 +92,13 @@ func (i *Instance) Broken() bool { return i.broken }
 
 // Close releases the instance.
 func (i *Instance) Close(ctx context.Context) error {
+	// Out of the watchdog's sight first: it may set the stop flag of a
+	// live instance only.
+	i.release()
 	var err error
 	if i.mod != nil {
 		err = i.mod.Close(ctx)
 	}
-	i.release()
 	return err
 }
 

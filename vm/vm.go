@@ -197,7 +197,9 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	}
 	rc := wazero.NewRuntimeConfigCompiler().
 		WithCompilationCache(cache).
-		WithCloseOnContextDone(true).
+		// The budget is enforced by the code meter compiles in, not by
+		// leaving native code at every loop (meter.go).
+		WithCloseOnContextDone(false).
 		WithMemoryLimitPages(cfg.MemoryLimitPages)
 	rt := wazero.NewRuntimeWithConfig(ctx, rc)
 	if _, err := wasi_snapshot_preview1.Instantiate(ctx, rt); err != nil {
@@ -269,6 +271,9 @@ func (e *Engine) watchdog() {
 		for inst := range e.live {
 			if d := inst.deadline.Load(); d != 0 && now > d {
 				inst.expired.Store(true)
+				if inst.stop != nil {
+					inst.stop.Set(1)
+				}
 				inst.cancel()
 			}
 		}
@@ -431,7 +436,11 @@ func (e *Engine) compile(ctx context.Context, c *code, wasm []byte) error {
 	if err := checkBounds(wasm); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidModule, err)
 	}
-	cm, err := e.rt.CompileModule(ctx, wasm)
+	metered, err := meter(wasm)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidModule, err)
+	}
+	cm, err := e.rt.CompileModule(ctx, metered)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidModule, err)
 	}
@@ -586,15 +595,20 @@ func (e *Engine) instantiate(ctx context.Context, m *Module, pages uint32) (*Ins
 
 	mc := wazero.NewModuleConfig().
 		WithName("").
-		WithStartFunctions("_initialize").
+		// The start functions run below, once the watchdog can stop them.
+		WithStartFunctions().
 		WithSysWalltime().
 		WithSysNanotime().
 		WithRandSource(rand.Reader).
 		WithStdout(inst.out).
 		WithStderr(inst.out)
-	inst.deadline.Store(e.now() + e.initBudget)
 	mod, err := e.rt.InstantiateModule(ictx, m.compiled, mc)
-	inst.deadline.Store(0)
+	if err == nil {
+		err = e.start(inst, mod)
+		if err != nil {
+			mod.Close(context.Background())
+		}
+	}
 	if err != nil {
 		inst.release()
 		if inst.expired.Load() {
@@ -622,6 +636,28 @@ func (e *Engine) instantiate(ctx context.Context, m *Module, pages uint32) (*Ins
 		inst.alarm = mod.ExportedFunction(abi.ExportAlarm)
 	}
 	return inst, nil
+}
+
+// start hands the watchdog the new instance's stop flag and runs its start
+// function and _initialize under the init budget.
+func (e *Engine) start(inst *Instance, mod api.Module) error {
+	stop, ok := mod.ExportedGlobal(meterStop).(api.MutableGlobal)
+	if !ok {
+		return fmt.Errorf("the module has no %s global: it was not prepared by meter", meterStop)
+	}
+	e.mu.Lock()
+	inst.stop = stop
+	e.mu.Unlock()
+	inst.deadline.Store(e.now() + e.initBudget)
+	defer inst.deadline.Store(0)
+	for _, name := range []string{meterStart, "_initialize"} {
+		if f := mod.ExportedFunction(name); f != nil {
+			if _, err := f.Call(inst.ctx); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // cappedAllocator backs linear memories that cannot grow past limit bytes.
