@@ -66,15 +66,21 @@ func stubHost(ctx context.Context, b *testing.B, rt wazero.Runtime, cm wazero.Co
 
 // BenchmarkBareWazeroCall is the baseline for the budget's cost: the
 // cheapest export of the counter (host_abi_version) called straight through
-// wazero, without and with WithCloseOnContextDone (which the engine sets so
-// a cancelled context can stop a guest).
+// wazero: without a budget, with wazero's WithCloseOnContextDone (an exit
+// to Go at every loop), and metered the way the engine runs it (meter.go).
 func BenchmarkBareWazeroCall(b *testing.B) {
-	wasm := vmtest.Wasm(b, "counter")
+	plain := vmtest.Wasm(b, "counter")
+	metered, err := vm.Meter(plain)
+	if err != nil {
+		b.Fatal(err)
+	}
 	for _, c := range []struct {
 		name  string
 		close bool
-	}{{"plain", false}, {"closeOnContextDone", true}} {
+		wasm  []byte
+	}{{"plain", false, plain}, {"closeOnContextDone", true, plain}, {"metered", false, metered}} {
 		b.Run(c.name, func(b *testing.B) {
+			wasm := c.wasm
 			ctx := context.Background()
 			cache, err := wazero.NewCompilationCacheWithDir(vmtest.CacheDir())
 			if err != nil {

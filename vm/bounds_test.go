@@ -144,3 +144,13 @@ func FuzzCheckBounds(f *testing.F) {
 		_ = checkBounds(cat(header, m))
 	})
 }
+
+func BenchmarkMeter(b *testing.B) {
+	w := vmtest.Wasm(b, "chat")
+	b.SetBytes(int64(len(w)))
+	for b.Loop() {
+		if _, err := meter(w); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

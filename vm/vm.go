@@ -7,7 +7,10 @@
 // are reached through the Host a caller passes to each call. A guest can never
 // crash or hang the host: a trap, a pointer outside its memory, a memory bomb
 // or a call past its budget fails that call and marks the instance broken; the
-// caller discards it and makes a fresh one.
+// caller discards it and makes a fresh one. The budget is enforced by code
+// compiled into each module at upload (meter.go): a guest counts down at
+// every function entry and loop, visits Go every few thousand steps, and
+// traps once the engine's watchdog has raised its stop flag.
 package vm
 
 import (
@@ -586,7 +589,8 @@ func (e *Engine) instantiate(ctx context.Context, m *Module, pages uint32) (*Ins
 	defer func() { <-e.starts }()
 	inst := &Instance{e: e, out: &tail{max: 4096}}
 	// The instance's context lives as long as the instance; the watchdog
-	// cancels it when a call overruns, which closes the module.
+	// cancels it when a call overruns, which ends the host functions
+	// waiting on it; the guest itself is stopped by its stop flag.
 	ictx, cancel := context.WithCancel(context.WithValue(base, instKey{}, inst))
 	inst.ctx, inst.cancel = ictx, cancel
 	e.mu.Lock()

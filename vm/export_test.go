@@ -1,0 +1,4 @@
+package vm
+
+// Meter is meter, for the benchmarks of package vm_test.
+var Meter = meter
