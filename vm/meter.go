@@ -212,7 +212,7 @@ func meter(wasm []byte) ([]byte, error) {
 		case 8:
 			// Exported as meterStart instead.
 		case 10:
-			body, err := meterCode(s.body, check)
+			body, err := meterCode(s.body, check, fuel)
 			if err != nil {
 				return nil, err
 			}
@@ -226,8 +226,12 @@ func meter(wasm []byte) ([]byte, error) {
 }
 
 // meterCode rewrites the code section: check at each function's entry and
-// after each loop instruction.
-func meterCode(sec []byte, check []byte) ([]byte, error) {
+// after each loop instruction. globals is the module's own count of
+// globals: an instruction naming one past it would be invalid in the
+// module as uploaded, but name meter's countdown or stop flag once they
+// are added, so it is refused here (a guest that cleared its stop flag
+// would never end).
+func meterCode(sec []byte, check []byte, globals uint32) ([]byte, error) {
 	r := &wreader{b: sec}
 	n := r.u32()
 	out := appendU32(make([]byte, 0, len(sec)+len(sec)/4), n)
@@ -251,9 +255,15 @@ func meterCode(sec []byte, check []byte) ([]byte, error) {
 		body = append(body, check...)
 		from := b.off
 		for b.more() {
+			at := b.off
 			op, _, err := b.instr()
 			if err != nil {
 				return nil, fmt.Errorf("%w: function body %d: %v", errMeter, i, err)
+			}
+			if op == 0x23 || op == 0x24 { // global.get, global.set
+				if g := (&wreader{b: b.b[at+1 : b.off]}).u32(); g >= globals {
+					return nil, fmt.Errorf("%w: function body %d uses global %d; the module has %d", errMeter, i, g, globals)
+				}
 			}
 			if op == 0x03 { // loop: count each time round
 				body = append(body, b.b[from:b.off]...)

@@ -189,6 +189,27 @@ func TestStartSectionRunsUnderTheInitBudget(t *testing.T) {
 	}
 }
 
+// TestMeterRefusesGlobalsPastTheModules: a module whose code names a
+// global past its own (invalid as uploaded) would, once metered, name the
+// stop flag: one that clears it in its loop would never end. It is
+// refused.
+func TestMeterRefusesGlobalsPastTheModules(t *testing.T) {
+	e := meterEngine(t, 100*time.Millisecond)
+	// The module has one global (0): meter's countdown would be 1 and the
+	// stop flag 2. loop { global.set 2 (i32.const 0); br 0 }
+	clear := []byte{0x00, 0x03, 0x40, 0x41, 0x00, 0x24, 0x02, 0x0c, 0x00, 0x0b, 0x41, 0x00, 0x0b}
+	m, err := e.Compile(context.Background(), meterModule(clear, nil, nil))
+	if err == nil {
+		inst := meterInstance(t, e, meterModule(clear, nil, nil))
+		m.Close(context.Background())
+		callStopped(t, inst)
+		t.Fatal("a module clearing the stop flag compiled")
+	}
+	if !errors.Is(err, ErrInvalidModule) || !strings.Contains(err.Error(), "global 2") {
+		t.Fatalf("a module using global 2 of 1: %v", err)
+	}
+}
+
 // TestMeterRefusesTheHostsExportNames: a module exporting a name meter
 // adds is refused with a clear error, not rewritten into an invalid one.
 func TestMeterRefusesTheHostsExportNames(t *testing.T) {
