@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tetratelabs/wazero"
+
 	"github.com/durable-host/host/abi"
 	"github.com/durable-host/host/vm/vmtest"
 )
@@ -270,14 +272,33 @@ func TestMeterKeepsModulesValid(t *testing.T) {
 	}
 }
 
+// FuzzMeter: meter never panics, and a module wazero accepts stays
+// accepted once metered.
 func FuzzMeter(f *testing.F) {
 	f.Add(meterModule(recurseCall, setStart, nil)[8:])
+	f.Add(meterModule(countCall, nil, nil)[8:])
 	f.Add(vmtest.MinimalModule(abi.Version, true)[8:])
+	ctx := context.Background()
+	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigInterpreter())
+	defer rt.Close(ctx)
 	f.Fuzz(func(t *testing.T, m []byte) {
 		w := cat(header, m)
 		if checkBounds(w) != nil {
 			return
 		}
-		_, _ = meter(w)
+		metered, err := meter(w)
+		if err != nil {
+			return
+		}
+		cm, err := rt.CompileModule(ctx, w)
+		if err != nil {
+			return
+		}
+		cm.Close(ctx)
+		cm, err = rt.CompileModule(ctx, metered)
+		if err != nil {
+			t.Fatalf("valid module invalid once metered: %v", err)
+		}
+		cm.Close(ctx)
 	})
 }
