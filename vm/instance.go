@@ -102,6 +102,15 @@ func (i *Instance) Close(ctx context.Context) error {
 	return err
 }
 
+// halt stops the guest running on i, if any, and ends its host calls: the
+// engine is closing. Called with Engine.mu held.
+func (i *Instance) halt() {
+	if i.stop != nil {
+		i.stop.Set(1)
+	}
+	i.cancel()
+}
+
 func (i *Instance) release() {
 	i.e.mu.Lock()
 	delete(i.e.live, i)
@@ -252,6 +261,9 @@ func (i *Instance) invoke(h Host, f api.Function, input []byte, nparams int) (in
 		i.broken = true
 		if i.expired.Load() {
 			return 0, ErrBudget
+		}
+		if i.e.halted.Load() {
+			return 0, ErrClosed
 		}
 		var exit *sys.ExitError
 		if errors.As(err, &exit) {

@@ -174,6 +174,53 @@ func TestLoopingGuestDoesNotHoldTheGarbageCollector(t *testing.T) {
 	}
 }
 
+// TestCloseStopsRunningGuests: closing the engine stops the watchdog, so
+// it stops every guest still running itself: a looping call ends with
+// ErrClosed, a looping start fails its compile with ErrClosed, and Close
+// returns (it waits for instantiations in flight).
+func TestCloseStopsRunningGuests(t *testing.T) {
+	e := meterEngine(t, time.Hour)
+	inst := meterInstance(t, e, meterModule(countCall, nil, nil))
+	called := make(chan error, 1)
+	go func() {
+		_, err := inst.Call(nil, "m", nil)
+		called <- err
+	}()
+	compiled := make(chan error, 1)
+	go func() {
+		_, err := e.Compile(context.Background(), meterModule(globalCall, loopStart, nil))
+		compiled <- err
+	}()
+	// Wait for both: the call's count moves, and a second instance (the
+	// compile's) is running its start.
+	mem := inst.mod.Memory()
+	for {
+		n, _ := mem.ReadUint32Le(0)
+		starting := false
+		e.mu.Lock()
+		for other := range e.live {
+			starting = starting || other != inst && other.deadline.Load() != 0
+		}
+		e.mu.Unlock()
+		if n > 0 && starting {
+			break
+		}
+		runtime.Gosched()
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- e.Close(context.Background()) }()
+	for name, ch := range map[string]chan error{"Close": closed, "the looping call": called, "the looping start's compile": compiled} {
+		select {
+		case err := <-ch:
+			if name != "Close" && !errors.Is(err, ErrClosed) {
+				t.Errorf("%s: %v, want ErrClosed", name, err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("%s did not return a minute after Close", name)
+		}
+	}
+}
+
 // TestStartSectionRunsUnderTheInitBudget: meter moves a start section's
 // function to an export the engine runs before _initialize: a start that
 // loops is stopped by the init budget, and one that sets state has done so

@@ -176,6 +176,9 @@ type Engine struct {
 	stopped chan struct{}
 	closeMu sync.Once
 	base    time.Time
+	// halted is set by Close once it has stopped the watchdog: every
+	// running guest is stopped, and new ones stop at once.
+	halted atomic.Bool
 	// budget and initBudget are the call and _initialize budgets in ns.
 	budget, initBudget int64
 }
@@ -234,6 +237,15 @@ func (e *Engine) Config() Config { return e.cfg }
 func (e *Engine) Close(ctx context.Context) error {
 	e.closeMu.Do(func() { close(e.stop) })
 	<-e.stopped
+	// No watchdog from here on: stop every guest still running, or one
+	// looping would hold its caller, and the wait for instantiations
+	// below, for ever.
+	e.mu.Lock()
+	e.halted.Store(true)
+	for inst := range e.live {
+		inst.halt()
+	}
+	e.mu.Unlock()
 	e.closePool()
 	// Wait for compiles and instantiations in flight (a handler that a
 	// shutdown's deadline did not wait for): wazero panics on a runtime
@@ -274,10 +286,7 @@ func (e *Engine) watchdog() {
 		for inst := range e.live {
 			if d := inst.deadline.Load(); d != 0 && now > d {
 				inst.expired.Store(true)
-				if inst.stop != nil {
-					inst.stop.Set(1)
-				}
-				inst.cancel()
+				inst.halt()
 			}
 		}
 		e.mu.Unlock()
@@ -618,6 +627,9 @@ func (e *Engine) instantiate(ctx context.Context, m *Module, pages uint32) (*Ins
 		if inst.expired.Load() {
 			return nil, fmt.Errorf("%w (%v)", ErrInitBudget, time.Duration(e.initBudget))
 		}
+		if e.halted.Load() {
+			return nil, ErrClosed
+		}
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
@@ -651,6 +663,9 @@ func (e *Engine) start(inst *Instance, mod api.Module) error {
 	}
 	e.mu.Lock()
 	inst.stop = stop
+	if e.halted.Load() {
+		inst.halt()
+	}
 	e.mu.Unlock()
 	inst.deadline.Store(e.now() + e.initBudget)
 	defer inst.deadline.Store(0)
