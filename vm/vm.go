@@ -612,6 +612,10 @@ func (e *Engine) instantiate(ctx context.Context, m *Module, pages uint32) (*Ins
 		WithStartFunctions().
 		WithSysWalltime().
 		WithSysNanotime().
+		// A guest's sleep (WASI poll_oneoff, Go's time.Sleep) waits
+		// without holding a CPU, and ends when the call's budget does.
+		// wazero's default returns at once, and a Go guest spins.
+		WithNanosleep(func(ns int64) { sleepCtx(ictx, time.Duration(ns)) }).
 		WithRandSource(rand.Reader).
 		WithStdout(inst.out).
 		WithStderr(inst.out)
@@ -677,6 +681,19 @@ func (e *Engine) start(inst *Instance, mod api.Module) error {
 		}
 	}
 	return nil
+}
+
+// sleepCtx waits d, or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) {
+	if d <= 0 || ctx.Err() != nil {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 // cappedAllocator backs linear memories that cannot grow past limit bytes.

@@ -7,8 +7,10 @@ import (
 	"runtime"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -301,4 +303,47 @@ func TestInitBudgetStartsWithTheStart(t *testing.T) {
 		t.Fatalf("%d looping starts all ended within %v of each other (%v): more ran at once than the %d tokens, or a queued start's budget ran while it waited", starts, slowest, took, starts-1)
 	}
 	t.Logf("%d looping starts with %d tokens and a %v budget ended after %v", starts, starts-1, budget, took)
+}
+
+// cpuTime is the process's user and system CPU time so far.
+func cpuTime(t *testing.T) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// TestGuestSleepHoldsNoCPU: a Go guest's time.Sleep (WASI poll_oneoff)
+// waits for real, without spinning a core, and a sleep longer than the
+// budget ends with the budget's error.
+func TestGuestSleepHoldsNoCPU(t *testing.T) {
+	e := newEngine(t, 2*time.Second, 0)
+	inst := instance(t, e, "hostile")
+	const nap = 500 * time.Millisecond
+	cpu0, wall0 := cpuTime(t), time.Now()
+	if _, err := inst.Call(newMemHost(), "shape", []byte(strconv.Itoa(int(nap.Milliseconds())))); err != nil {
+		t.Fatal(err)
+	}
+	cpu, wall := cpuTime(t)-cpu0, time.Since(wall0)
+	t.Logf("a %v sleep took %v and %v of CPU", nap, wall, cpu)
+	if wall < nap {
+		t.Fatalf("a %v sleep returned after %v", nap, wall)
+	}
+	if cpu > nap/10 {
+		t.Fatalf("a %v sleep used %v of CPU: the guest spun", nap, cpu)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := inst.Call(newMemHost(), "shape", []byte(strconv.Itoa(int(time.Hour.Milliseconds()))))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, vm.ErrBudget) {
+			t.Fatalf("an hour's sleep with a 2s budget: %v, want the budget error", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("an hour's sleep with a 2s budget was not stopped a minute later")
+	}
 }
