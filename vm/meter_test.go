@@ -105,23 +105,36 @@ func meterInstance(t *testing.T, e *Engine, wasm []byte) *Instance {
 	return inst
 }
 
-// callStopped runs call on inst and fails the test unless it ends with
-// ErrBudget within a minute.
-func callStopped(t *testing.T, inst *Instance) {
-	t.Helper()
+// startCall runs call on inst in the background; its error arrives on
+// the channel returned.
+func startCall(inst *Instance) <-chan error {
 	done := make(chan error, 1)
 	go func() {
 		_, err := inst.Call(nil, "m", nil)
 		done <- err
 	}()
+	return done
+}
+
+// wantErr fails the test unless done yields an error that is want within
+// a minute.
+func wantErr(t *testing.T, what string, done <-chan error, want error) {
+	t.Helper()
 	select {
 	case err := <-done:
-		if !errors.Is(err, ErrBudget) {
-			t.Fatalf("call: %v, want the budget error", err)
+		if !errors.Is(err, want) {
+			t.Fatalf("%s: %v, want %v", what, err, want)
 		}
 	case <-time.After(time.Minute):
-		t.Fatal("the call was not stopped a minute after its budget")
+		t.Fatalf("%s did not end within a minute", what)
 	}
+}
+
+// callStopped runs call on inst and fails the test unless it ends with
+// ErrBudget within a minute.
+func callStopped(t *testing.T, inst *Instance) {
+	t.Helper()
+	wantErr(t, "the call past its budget", startCall(inst), ErrBudget)
 }
 
 // TestBudgetStopsRecursionWithoutLoops: a guest that calls itself 2^60
@@ -141,11 +154,7 @@ func TestBudgetStopsRecursionWithoutLoops(t *testing.T) {
 func TestLoopingGuestDoesNotHoldTheGarbageCollector(t *testing.T) {
 	e := meterEngine(t, 30*time.Second)
 	inst := meterInstance(t, e, meterModule(countCall, nil, nil))
-	done := make(chan error, 1)
-	go func() {
-		_, err := inst.Call(nil, "m", nil)
-		done <- err
-	}()
+	done := startCall(inst)
 	// Wait until the guest is in its loop: its count has moved.
 	mem := inst.mod.Memory()
 	for {
@@ -164,14 +173,7 @@ func TestLoopingGuestDoesNotHoldTheGarbageCollector(t *testing.T) {
 	}
 	// And the guest is stopped by the watchdog all the same.
 	inst.deadline.Store(e.now())
-	select {
-	case err := <-done:
-		if !errors.Is(err, ErrBudget) {
-			t.Fatalf("call: %v, want the budget error", err)
-		}
-	case <-time.After(time.Minute):
-		t.Fatal("the looping call was not stopped a minute after its deadline")
-	}
+	wantErr(t, "the looping call past its deadline", done, ErrBudget)
 }
 
 // TestCloseStopsRunningGuests: closing the engine stops the watchdog, so
@@ -181,11 +183,7 @@ func TestLoopingGuestDoesNotHoldTheGarbageCollector(t *testing.T) {
 func TestCloseStopsRunningGuests(t *testing.T) {
 	e := meterEngine(t, time.Hour)
 	inst := meterInstance(t, e, meterModule(countCall, nil, nil))
-	called := make(chan error, 1)
-	go func() {
-		_, err := inst.Call(nil, "m", nil)
-		called <- err
-	}()
+	called := startCall(inst)
 	compiled := make(chan error, 1)
 	go func() {
 		_, err := e.Compile(context.Background(), meterModule(globalCall, loopStart, nil))
@@ -209,16 +207,9 @@ func TestCloseStopsRunningGuests(t *testing.T) {
 	}
 	closed := make(chan error, 1)
 	go func() { closed <- e.Close(context.Background()) }()
-	for name, ch := range map[string]chan error{"Close": closed, "the looping call": called, "the looping start's compile": compiled} {
-		select {
-		case err := <-ch:
-			if name != "Close" && !errors.Is(err, ErrClosed) {
-				t.Errorf("%s: %v, want ErrClosed", name, err)
-			}
-		case <-time.After(time.Minute):
-			t.Fatalf("%s did not return a minute after Close", name)
-		}
-	}
+	wantErr(t, "Close", closed, nil)
+	wantErr(t, "the looping call", called, ErrClosed)
+	wantErr(t, "the looping start's compile", compiled, ErrClosed)
 }
 
 // TestStartSectionRunsUnderTheInitBudget: meter moves a start section's
