@@ -79,8 +79,9 @@ type Instance struct {
 	// when idle; the watchdog reads it and sets expired before cancelling.
 	deadline atomic.Int64
 	expired  atomic.Bool
-	// stop is the guest's stop flag (meter.go), set by the watchdog when
-	// the budget ends. Written once under Engine.mu, before any call.
+	// stop is the guest's stop flag (meter.go), raised by halt: when the
+	// budget ends, or the engine closes. Written once under Engine.mu,
+	// before the guest first runs.
 	stop api.MutableGlobal
 }
 
