@@ -54,6 +54,28 @@ const (
 	meterStart = "durable-host.start"
 )
 
+// A metered module may be at most maxMeteredGrowth times the size of the
+// module as uploaded, plus meteredSlack for what every module gets. The
+// examples grow by 3-16 %; a module of little but empty loops or
+// functions (three bytes each, forty once counted) would grow over
+// tenfold, and the size limit on uploads would no longer bound what the
+// compiler is given.
+const (
+	maxMeteredGrowth = 2
+	meteredSlack     = 64 << 10
+)
+
+// maxControlWork bounds the sum, over a module's function bodies, of each
+// body's blocks, loops and ifs squared (once metered). wazero's compile
+// time grows with the square of a function's control structures: 8,000
+// loops in one function took a second to compile, 30,000 metered ones
+// over ten minutes, from a 90 KB upload. The Go examples sum to 6.5-9.2
+// million; at the bound a compile stays within some tens of seconds.
+const maxControlWork = 500_000_000
+
+// checkStructs is the ifs in one check (meterCheck).
+const checkStructs = 2
+
 // errMeter is a module meter could not rewrite.
 var errMeter = errors.New("module cannot be prepared")
 
@@ -222,6 +244,9 @@ func meter(wasm []byte) ([]byte, error) {
 		}
 	}
 	emitAdds(1 << 30)
+	if len(out) > maxMeteredGrowth*len(wasm)+meteredSlack {
+		return nil, fmt.Errorf("%w: %d bytes hold too many functions and loops: counting them would make the module %d bytes", errMeter, len(wasm), len(out))
+	}
 	return out, nil
 }
 
@@ -236,6 +261,7 @@ func meterCode(sec []byte, check []byte, globals uint32) ([]byte, error) {
 	n := r.u32()
 	out := appendU32(make([]byte, 0, len(sec)+len(sec)/4), n)
 	var body []byte
+	var work uint64 // the sum over bodies of their blocks, loops and ifs squared
 	for i := uint32(0); i < n; i++ {
 		size := r.u32()
 		if r.err != nil || uint64(size) > uint64(r.left()) {
@@ -254,6 +280,7 @@ func meterCode(sec []byte, check []byte, globals uint32) ([]byte, error) {
 		body = append(body[:0], b.b[:b.off]...)
 		body = append(body, check...)
 		from := b.off
+		structs := uint64(checkStructs)
 		for b.more() {
 			at := b.off
 			op, _, err := b.instr()
@@ -265,11 +292,18 @@ func meterCode(sec []byte, check []byte, globals uint32) ([]byte, error) {
 					return nil, fmt.Errorf("%w: function body %d uses global %d; the module has %d", errMeter, i, g, globals)
 				}
 			}
+			if op >= 0x02 && op <= 0x04 { // block, loop, if
+				structs++
+			}
 			if op == 0x03 { // loop: count each time round
 				body = append(body, b.b[from:b.off]...)
 				body = append(body, check...)
 				from = b.off
+				structs += checkStructs
 			}
+		}
+		if work += structs * structs; work > maxControlWork {
+			return nil, fmt.Errorf("%w: its functions hold too many blocks, loops and ifs for the time compiling them takes (by function %d, the sum of their counts squared is past %d)", errMeter, i, uint64(maxControlWork))
 		}
 		body = append(body, b.b[from:]...)
 		out = appendU32(out, uint32(len(body)))

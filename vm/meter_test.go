@@ -250,6 +250,49 @@ func TestMeterRefusesGlobalsPastTheModules(t *testing.T) {
 	}
 }
 
+// TestMeterRefusesModulesThatWouldGrowTenfold: a module of 30,000 empty
+// functions (four bytes each) would be eight times its size once metered;
+// it is refused rather than handed to the compiler, so the upload size
+// limit still bounds what is compiled. A thirtieth of them is within
+// bounds.
+func TestMeterRefusesModulesThatWouldGrowTenfold(t *testing.T) {
+	empties := func(n int) []byte {
+		funcs := make([][]byte, n)
+		bodies := make([][]byte, n)
+		for i := range n {
+			funcs[i] = []byte{0x00}
+			bodies[i] = []byte{0x02, 0x00, 0x0b} // size, no locals, end
+		}
+		return cat(header, section(1, vec([]byte{0x60, 0x00, 0x00})), section(3, vec(funcs...)), section(10, vec(bodies...)))
+	}
+	w := empties(30_000)
+	if _, err := meter(w); !errors.Is(err, errMeter) || !strings.Contains(err.Error(), "too many functions and loops") {
+		t.Fatalf("a module of 30,000 empty functions (%d bytes): %v", len(w), err)
+	}
+	if _, err := meter(empties(1_000)); err != nil {
+		t.Fatalf("a module of 1,000 empty functions: %v", err)
+	}
+}
+
+// TestMeterRefusesFunctionsTooSlowToCompile: compile time grows with the
+// square of a function's control structures, so a small module can hold
+// a CPU for minutes. A function of 40,000 empty blocks (120 KB) is
+// refused before the compiler sees it; the examples are far inside the
+// bound (TestMeterKeepsModulesValid).
+func TestMeterRefusesFunctionsTooSlowToCompile(t *testing.T) {
+	e := meterEngine(t, time.Second)
+	body := []byte{0x00}
+	for range 40_000 {
+		body = append(body, 0x02, 0x40, 0x0b) // block end
+	}
+	body = append(body, 0x41, 0x00, 0x0b)
+	w := meterModule(body, nil, nil)
+	_, err := e.Compile(context.Background(), w)
+	if !errors.Is(err, ErrInvalidModule) || !strings.Contains(err.Error(), "too many blocks, loops and ifs") {
+		t.Fatalf("a function of 40,000 blocks (%d bytes): %v", len(w), err)
+	}
+}
+
 // TestMeterRefusesTheHostsExportNames: a module exporting a name meter
 // adds is refused with a clear error, not rewritten into an invalid one.
 func TestMeterRefusesTheHostsExportNames(t *testing.T) {
