@@ -7,6 +7,17 @@ import (
 	"time"
 )
 
+// tempFile opens a new file for the test, closed when it ends.
+func tempFile(t *testing.T) *File {
+	t.Helper()
+	f, err := Open(context.Background(), filepath.Join(t.TempDir(), "o.db"), SyncNormal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
 // Each version has its step: Version is raised with a migration.
 func TestMigrationsReachVersion(t *testing.T) {
 	if len(migrations) != Version {
@@ -43,11 +54,7 @@ func TestReadOnlyOpenerCannotWrite(t *testing.T) {
 // hostile call writing 1 MB values under many keys (or a batch of such
 // calls) does not hold hundreds of megabytes until its commit.
 func TestTxKeepsBoundedMemory(t *testing.T) {
-	f, err := Open(context.Background(), filepath.Join(t.TempDir(), "o.db"), SyncNormal)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	f := tempFile(t)
 	for _, deferred := range []bool{false, true} {
 		tx, err := f.Begin()
 		if err != nil {
@@ -81,11 +88,7 @@ func TestTxKeepsBoundedMemory(t *testing.T) {
 // SQLite has once no savepoint needs them, so a batch of calls each
 // publishing megabytes does not hold them all until its commit.
 func TestDeferredTxLetsGoOfWrittenEvents(t *testing.T) {
-	f, err := Open(context.Background(), filepath.Join(t.TempDir(), "o.db"), SyncNormal)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	f := tempFile(t)
 	tx, err := f.Begin()
 	if err != nil {
 		t.Fatal(err)

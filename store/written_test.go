@@ -1,8 +1,6 @@
 package store_test
 
 import (
-	"context"
-	"path/filepath"
 	"testing"
 
 	"github.com/durable-host/host/store"
@@ -13,11 +11,7 @@ import (
 // which it may reuse), a deleted key absent, and after a savepoint rolled
 // back what SQLite holds again.
 func TestTxReadsItsOwnWrites(t *testing.T) {
-	f, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "o.db"), store.SyncNormal)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	f := newFile(t)
 	get := func(tx *store.Tx, key string) string {
 		t.Helper()
 		v, ok, err := tx.Get([]byte(key))
