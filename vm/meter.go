@@ -1,6 +1,8 @@
 package vm
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
@@ -176,15 +178,15 @@ func meter(wasm []byte) ([]byte, error) {
 		body []byte
 		done bool
 	}
-	globals := cat2(meterGlobal(meterEvery), meterGlobal(0))
-	exports := cat2(appendName(nil, meterStop), []byte{0x03}, appendU32(nil, stop))
+	globals := join(meterGlobal(meterEvery), meterGlobal(0))
+	exports := join(appendName(nil, meterStop), []byte{0x03}, appendU32(nil, stop))
 	if start >= 0 {
-		exports = cat2(exports, appendName(nil, meterStart), []byte{0x00}, appendU32(nil, uint32(start)))
+		exports = join(exports, appendName(nil, meterStart), []byte{0x00}, appendU32(nil, uint32(start)))
 	}
 	adds := []*added{
 		{id: 5, body: []byte{0x01, 0x01, 0x00, 0x00}, done: hasMemory}, // one memory, 0 pages, max 0
-		{id: 6, body: cat2(appendU32(nil, 2), globals)},
-		{id: 7, body: cat2(appendU32(nil, 1+boolU32(start >= 0)), exports)},
+		{id: 6, body: join(appendU32(nil, 2), globals)},
+		{id: 7, body: join(appendU32(nil, 1+boolU32(start >= 0)), exports)},
 	}
 
 	out := make([]byte, 0, len(wasm)+len(wasm)/8+64)
@@ -217,12 +219,12 @@ func meter(wasm []byte) ([]byte, error) {
 		case 6:
 			sr := &wreader{b: s.body}
 			n := sr.u32()
-			emit(6, cat2(appendU32(nil, n+2), s.body[sr.off:], globals))
+			emit(6, join(appendU32(nil, n+2), s.body[sr.off:], globals))
 			adds[1].done = true
 		case 7:
 			sr := &wreader{b: s.body}
 			n := sr.u32()
-			emit(7, cat2(appendU32(nil, n+1+boolU32(start >= 0)), s.body[sr.off:], exports))
+			emit(7, join(appendU32(nil, n+1+boolU32(start >= 0)), s.body[sr.off:], exports))
 			adds[2].done = true
 		case 5:
 			if !adds[0].done { // a memory section of none
@@ -326,13 +328,13 @@ func meterCode(sec []byte, check []byte, globals uint32) ([]byte, error) {
 func meterCheck(fuel, stop uint32) []byte {
 	g := appendU32(nil, fuel)
 	s := appendU32(nil, stop)
-	c := cat2([]byte{0x23}, g, []byte{0x41, 0x01, 0x6b, 0x24}, g)
-	c = cat2(c, []byte{0x23}, g, []byte{0x45, 0x04, 0x40})
+	c := join([]byte{0x23}, g, []byte{0x41, 0x01, 0x6b, 0x24}, g)
+	c = join(c, []byte{0x23}, g, []byte{0x45, 0x04, 0x40})
 	c = append(c, 0x41, 0x00, 0x40, 0x00, 0x1a)
-	c = cat2(c, []byte{0x23}, s, []byte{0x04, 0x40, 0x00, 0x0b})
+	c = join(c, []byte{0x23}, s, []byte{0x04, 0x40, 0x00, 0x0b})
 	c = append(c, 0x41)
 	c = appendS32(c, meterEvery)
-	c = cat2(c, []byte{0x24}, g, []byte{0x0b})
+	c = join(c, []byte{0x24}, g, []byte{0x0b})
 	return c
 }
 
@@ -348,28 +350,14 @@ func boolU32(b bool) uint32 {
 	return 0
 }
 
-func cat2(parts ...[]byte) []byte {
-	var out []byte
-	for _, p := range parts {
-		out = append(out, p...)
-	}
-	return out
-}
+func join(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
 
 func appendName(b []byte, s string) []byte {
 	return append(appendU32(b, uint32(len(s))), s...)
 }
 
-func appendU32(b []byte, v uint32) []byte {
-	for {
-		c := byte(v & 0x7f)
-		v >>= 7
-		if v == 0 {
-			return append(b, c)
-		}
-		b = append(b, c|0x80)
-	}
-}
+// appendU32 appends v as an unsigned LEB128, which is Go's uvarint.
+func appendU32(b []byte, v uint32) []byte { return binary.AppendUvarint(b, uint64(v)) }
 
 func appendS32(b []byte, v int32) []byte {
 	for {
