@@ -97,16 +97,23 @@ type Cluster struct {
 	tempDir bool
 }
 
-// freePorts reserves n distinct loopback ports (held open together, then
-// released). They are below the kernel's ephemeral range (32768 and up on
-// Linux): a port the kernel chose for a port-0 listener is the next it
-// hands to an outgoing connection once released, and a node killed and
-// restarted on its port (the chaos soak) could find it taken. The range
-// is sliced by pid, so parallel processes rarely draw the same port.
-func freePorts(n int) ([]int, error) {
+// FreePorts reserves n distinct loopback ports (held open together, then
+// released) for the nodes this package starts, and for tests' nodes
+// (hosttest.FreeAddr).
+//
+// They are below the kernel's ephemeral range (32768 and up on Linux): a
+// port the kernel chose for a port-0 listener is the next it hands to an
+// outgoing connection or port-0 listener once released, and a node
+// started on it a moment later (or killed and restarted on it, as the
+// chaos soak does) could find it taken. The range is sliced by pid, so
+// parallel processes (go test runs packages at once) rarely draw the same
+// port, and no port is given out twice in one process.
+func FreePorts(n int) ([]int, error) {
 	const low, high, slices = 20000, 32768, 8
 	width := (high - low) / slices
 	base := low + os.Getpid()%slices*width
+	freeMu.Lock()
+	defer freeMu.Unlock()
 	ls := make([]net.Listener, 0, n)
 	defer func() {
 		for _, l := range ls {
@@ -115,19 +122,28 @@ func freePorts(n int) ([]int, error) {
 	}()
 	ports := make([]int, 0, n)
 	for tries := 0; len(ports) < n; tries++ {
-		if tries > 100*n {
+		if tries > 1000*n {
 			return nil, fmt.Errorf("no %d free loopback ports in %d-%d", n, base, base+width-1)
 		}
 		port := base + rand.IntN(width)
+		if freeGiven[port] {
+			continue
+		}
 		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 		if err != nil {
-			continue // in use
+			continue // in use: another process's
 		}
 		ls = append(ls, l)
 		ports = append(ports, port)
+		freeGiven[port] = true
 	}
 	return ports, nil
 }
+
+var (
+	freeMu    sync.Mutex
+	freeGiven = map[int]bool{}
+)
 
 // StartCluster starts cfg.Nodes processes and waits until every node's
 // /v1/cluster lists all of them.
@@ -152,7 +168,7 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 		}
 		c.dir, c.tempDir = d, true
 	}
-	ports, err := freePorts(2 * cfg.Nodes)
+	ports, err := FreePorts(2 * cfg.Nodes)
 	if err != nil {
 		return nil, err
 	}

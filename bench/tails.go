@@ -334,7 +334,7 @@ type bareProc struct {
 }
 
 func startBare(ctx context.Context, exe, logPath string) (*bareProc, error) {
-	ports, err := freePorts(1)
+	ports, err := FreePorts(1)
 	if err != nil {
 		return nil, err
 	}

@@ -19,7 +19,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -30,6 +29,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/durable-host/host/bench"
 	"github.com/durable-host/host/host"
 	hclient "github.com/durable-host/host/host/client"
 	"github.com/durable-host/host/vm/vmtest"
@@ -243,46 +243,19 @@ func clusterName() string {
 	return fmt.Sprintf("t%d-%d", os.Getpid(), clusters.Add(1))
 }
 
-// FreeAddr returns a loopback address nobody listens on right now.
-//
-// The port is below the kernel's ephemeral range (32768 and up on Linux),
-// and never one this process gave out before: a port the kernel chose for
-// a listener on port 0 and got back went to the next outgoing connection
-// or port-0 listener of any test, and a node started on it a moment later
-// failed with "address already in use" (once in a full suite). Each test
-// process (go test runs packages in parallel) draws from a slice of the
-// range of its own, by its pid, so two rarely draw the same port.
+// FreeAddr returns a loopback address nobody listens on right now, and
+// that this process has not given out before (bench.FreePorts says why
+// the ports are drawn as they are: a port the kernel chose and got back
+// went to the next outgoing connection of any test, and a node started on
+// it failed with "address already in use").
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	freeMu.Lock()
-	defer freeMu.Unlock()
-	width := (freeHigh - freeLow) / freeSlices
-	low := freeLow + os.Getpid()%freeSlices*width
-	for range 1000 {
-		port := low + rand.IntN(width)
-		if freeGiven[port] {
-			continue
-		}
-		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-		if err != nil {
-			continue // in use: another process's
-		}
-		ln.Close()
-		freeGiven[port] = true
-		return ln.Addr().String()
+	ports, err := bench.FreePorts(1)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("no free loopback port below the ephemeral range")
-	return ""
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
 }
-
-// FreeAddr's ports: [freeLow, freeHigh) in freeSlices slices, each port
-// given out once.
-const freeLow, freeHigh, freeSlices = 20000, 32768, 8
-
-var (
-	freeMu    sync.Mutex
-	freeGiven = map[int]bool{}
-)
 
 // WaitFor polls cond until it holds, failing the test when timeout passes
 // first.
