@@ -17,6 +17,13 @@ func uploadCommand(stdout io.Writer) *cli.Command {
 		Name:      "upload",
 		Usage:     "upload a program (a .wasm module) under a name; each upload of new bytes is a new version",
 		ArgsUsage: "FILE.wasm",
+		Description: `The node checks the module before storing it, and refuses it with the
+reason (HTTP 400) when it is not a module the SDKs build: it must import
+only the host module and WASI, export host_abi_version and call, fit in
+--max-module-bytes, and initialize within the budget. Modules whose
+structure would take the node gigabytes to load or minutes to compile
+are refused too. The node compiles the handler budget into the module:
+a call past it is stopped with HTTP 504.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "name", Usage: "program `NAME` (default: the file name without .wasm)"},
 			serverFlag(), tokenFlag(),
